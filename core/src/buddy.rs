@@ -1,0 +1,1 @@
+//! Buddy allocator over heap offsets (issue 5; not written yet).

@@ -1,0 +1,1 @@
+//! Process groups (issue 4; not written yet).

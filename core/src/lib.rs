@@ -1,0 +1,22 @@
+//! `fireopal-core`: the `no_std` heart of fireopal.
+//!
+//! Everything here is plain data structures and protocol logic with no I/O,
+//! so that a runtime can embed it even without an operating system:
+//!
+//! - [`regcache`]: registration cache on an interval tree;
+//! - [`group`]: process-group representations with MPI group semantics;
+//! - [`buddy`]: the buddy allocator behind the symmetric heap;
+//! - [`component`]: plain data shared by host and plugins (versions,
+//!   component names).
+#![no_std]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod buddy;
+pub mod component;
+pub mod group;
+pub mod regcache;

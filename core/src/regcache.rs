@@ -1,0 +1,1 @@
+//! Registration cache (issue 3; not written yet).

@@ -1,0 +1,1 @@
+//! fireopal host runtime (being written).

@@ -1,0 +1,2 @@
+//! The `fireopal` command.
+fn main() {}
