@@ -1,0 +1,2 @@
+//! Criterion bench (being written).
+fn main() {}

@@ -1,0 +1,1 @@
+//! Typed parameters (being written).
