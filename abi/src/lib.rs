@@ -1,1 +1,97 @@
-//! Stable plugin interface (being written).
+//! `fireopal-abi`: the stable interface between the fireopal host and its
+//! plugins.
+//!
+//! A plugin is a `cdylib` named `libfireopal_<framework>_<component>.so`
+//! that exports one root module made with [`abi_stable`]:
+//!
+//! - [`btl::BtlComponent`] for byte transfer layers (tcp, shm, verbs, ...);
+//! - [`memheap::MemheapComponent`] for symmetric-heap allocators.
+//!
+//! Both root modules carry the component's name and version, a function
+//! that registers its parameters with the host ([`param::ParamRegistry`]),
+//! `query` (is the component usable here, and at what priority) and `open`
+//! (build the module trait object). The host hands its services in as a
+//! trait object ([`host::HostServices`]), so plugins never link against the
+//! host.
+//!
+//! Plugin authors do not touch the FFI types directly: they implement the
+//! plain Rust traits [`btl::Transport`] / [`memheap::Allocator`] and
+//! [`btl::BtlComponentImpl`] / [`memheap::MemheapComponentImpl`], and
+//! export with [`export_btl_component!`] / [`export_memheap_component!`].
+//! The adapters generated there wrap every entry point in
+//! `catch_unwind`: a panic becomes a [`PluginError`] of kind
+//! [`ErrorKind::PANICKED`] and poisons the module instead of aborting the
+//! process.
+//!
+//! # Evolution
+//!
+//! Root modules are `abi_stable` prefix types and the module traits are
+//! `#[sabi_trait]`s: new fields and methods are only ever appended (after
+//! `last_prefix_field`, with defaults). This crate stays on one `0.x` minor
+//! per interface generation; abi_stable rejects a plugin built against an
+//! older minor than the host's.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod btl;
+mod error;
+pub mod export;
+pub mod host;
+pub mod memheap;
+pub mod param;
+
+pub use error::{ErrorKind, PluginError};
+
+/// Re-export for the export macros; plugin crates still need `abi_stable`
+/// as a direct dependency because `#[export_root_module]` names it by its
+/// absolute path.
+pub use abi_stable;
+
+/// Version of a component, reported by `fireopal info`.
+#[repr(C)]
+#[derive(abi_stable::StableAbi, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ComponentVersion {
+    /// Incompatible changes.
+    pub major: u16,
+    /// Compatible additions.
+    pub minor: u16,
+    /// Fixes.
+    pub patch: u16,
+}
+
+impl ComponentVersion {
+    /// Builds a version from its three parts.
+    pub const fn new(major: u16, minor: u16, patch: u16) -> Self {
+        Self {
+            major,
+            minor,
+            patch,
+        }
+    }
+}
+
+impl core::fmt::Display for ComponentVersion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// Answer of a component's `query`: may it be used in this job, and how
+/// much is it preferred.
+#[repr(u8)]
+#[derive(abi_stable::StableAbi, Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    /// Usable; higher priority wins (memheap) or ranks first (btl).
+    Available {
+        /// Priority, larger is preferred.
+        priority: u32,
+    },
+    /// Not usable here, with the reason shown by `fireopal info`.
+    Unavailable {
+        /// Human-readable reason, e.g. "no InfiniBand device".
+        reason: abi_stable::std_types::RString,
+    },
+}
+
+/// The version of this interface crate, as abi_stable checks it.
+pub const INTERFACE_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
+pub mod btl;
 pub mod cli;
 pub mod param;
 pub mod plugin;

@@ -1,1 +1,413 @@
-//! Typed parameters (being written).
+//! Typed parameters: registration, resolution and parsing.
+//!
+//! Frameworks and components register each parameter once with a typed
+//! default and a help line. The value comes from, in order of precedence:
+//! the command line (`--param name=value`), the environment
+//! (`FIREOPAL_<NAME>`, the name uppercased) and the default. A value that
+//! does not parse as the parameter's type is an error naming the parameter
+//! and where the value came from; it is never silently replaced by the
+//! default.
+
+use std::collections::HashMap;
+use std::fmt;
+
+pub use fireopal_abi::param::{ParamSpec, ParamValue};
+
+/// Prefix of the environment variables that set parameters.
+pub const ENV_PREFIX: &str = "FIREOPAL_";
+
+/// Where a parameter's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Nobody set it.
+    Default,
+    /// The named environment variable.
+    Environment(String),
+    /// `--param name=value`.
+    CommandLine,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Default => f.write_str("default"),
+            Self::Environment(var) => write!(f, "environment {var}"),
+            Self::CommandLine => f.write_str("command line"),
+        }
+    }
+}
+
+/// A registered parameter and its resolved value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    /// Full name, e.g. `btl_tcp_eager_limit`.
+    pub name: String,
+    /// Who registered it: `btl`, `btl tcp`, ...
+    pub owner: String,
+    /// Default value (its variant is the type).
+    pub default: ParamValue,
+    /// Resolved value.
+    pub value: ParamValue,
+    /// Where `value` came from.
+    pub source: Source,
+    /// One help line.
+    pub help: String,
+}
+
+/// Why a parameter could not be registered or set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamError {
+    /// The name is not snake_case `[a-z][a-z0-9_]*`.
+    BadName(String),
+    /// The name lacks the owner's required prefix.
+    MissingPrefix {
+        /// The name given.
+        name: String,
+        /// The prefix it needs.
+        prefix: String,
+    },
+    /// The name is already registered.
+    Duplicate(String),
+    /// A value does not parse as the parameter's type.
+    BadValue {
+        /// The parameter.
+        name: String,
+        /// The text given.
+        value: String,
+        /// Where it came from.
+        source: Source,
+        /// What was expected.
+        reason: String,
+    },
+    /// A `--param` argument is not `name=value`.
+    BadArgument(String),
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadName(n) => write!(f, "parameter name {n:?} is not snake_case"),
+            Self::MissingPrefix { name, prefix } => {
+                write!(f, "parameter {name:?} must start with {prefix:?}")
+            }
+            Self::Duplicate(n) => write!(f, "parameter {n} is registered twice"),
+            Self::BadValue {
+                name,
+                value,
+                source,
+                reason,
+            } => write!(
+                f,
+                "parameter {name}: invalid value {value:?} from {source}: {reason}"
+            ),
+            Self::BadArgument(a) => {
+                write!(f, "--param expects name=value, got {a:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ParamError {}
+
+/// Environment variable that sets parameter `name`.
+pub fn env_var_name(name: &str) -> String {
+    format!("{ENV_PREFIX}{}", name.to_ascii_uppercase())
+}
+
+/// Splits a `--param` argument `name=value`.
+pub fn parse_assignment(arg: &str) -> Result<(String, String), ParamError> {
+    match arg.split_once('=') {
+        Some((name, value)) if check_name(name) => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(ParamError::BadArgument(arg.to_owned())),
+    }
+}
+
+fn check_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Parses a byte count with an optional `k`, `m`, `g` or `t` suffix
+/// (either case, powers of 1024, as OpenSHMEM's `SHMEM_SYMMETRIC_SIZE`).
+///
+/// ```
+/// assert_eq!(fireopal::param::parse_size("64k"), Ok(65536));
+/// assert!(fireopal::param::parse_size("12q").is_err());
+/// ```
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_lowercase() {
+                'k' => 10,
+                'm' => 20,
+                'g' => 30,
+                't' => 40,
+                _ => return Err(format!("unknown size suffix {c:?} (use k, m, g or t)")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "expected a byte count such as 4096, 64k, 2m or 1g".to_owned())?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| "size does not fit in 64 bits".to_owned())
+}
+
+/// Parses `text` as a value of the same type as `like`.
+pub fn parse_value(like: &ParamValue, text: &str) -> Result<ParamValue, String> {
+    let t = text.trim();
+    match like {
+        ParamValue::Bool(_) => match t.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(ParamValue::Bool(true)),
+            "0" | "false" | "no" | "off" => Ok(ParamValue::Bool(false)),
+            _ => Err("expected true/false, yes/no, on/off or 1/0".to_owned()),
+        },
+        ParamValue::Int(_) => t
+            .parse()
+            .map(ParamValue::Int)
+            .map_err(|_| "expected a signed integer".to_owned()),
+        ParamValue::UInt(_) => t
+            .parse()
+            .map(ParamValue::UInt)
+            .map_err(|_| "expected an unsigned integer".to_owned()),
+        ParamValue::Size(_) => parse_size(t).map(ParamValue::Size),
+        ParamValue::Str(_) => Ok(ParamValue::Str(text.into())),
+    }
+}
+
+/// All registered parameters, with the command line and environment they
+/// are resolved against.
+#[derive(Debug, Clone, Default)]
+pub struct ParamStore {
+    params: Vec<Param>,
+    index: HashMap<String, usize>,
+    command_line: HashMap<String, String>,
+    environment: HashMap<String, String>,
+}
+
+impl ParamStore {
+    /// A store resolving against `command_line` assignments and this
+    /// process's environment.
+    pub fn new(command_line: Vec<(String, String)>) -> Self {
+        Self::with_environment(
+            command_line,
+            std::env::vars().filter(|(k, _)| k.starts_with(ENV_PREFIX)),
+        )
+    }
+
+    /// A store resolving against the given environment instead of the
+    /// process's (for tests and embedding runtimes).
+    pub fn with_environment(
+        command_line: Vec<(String, String)>,
+        environment: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
+        Self {
+            params: Vec::new(),
+            index: HashMap::new(),
+            // A later assignment of the same name wins, as on most CLIs.
+            command_line: command_line.into_iter().collect(),
+            environment: environment.into_iter().collect(),
+        }
+    }
+
+    /// Registers a parameter for `owner`, whose names must start with
+    /// `prefix` (empty for framework-level parameters), and resolves it.
+    ///
+    /// On a bad value the parameter is still registered with its default
+    /// (so `fireopal info` can show it) and the error is returned.
+    pub fn register(
+        &mut self,
+        owner: &str,
+        prefix: &str,
+        spec: ParamSpec,
+    ) -> Result<(), ParamError> {
+        let name = spec.name.as_str();
+        if !check_name(name) {
+            return Err(ParamError::BadName(name.to_owned()));
+        }
+        if !name.starts_with(prefix) || name.len() == prefix.len() {
+            return Err(ParamError::MissingPrefix {
+                name: name.to_owned(),
+                prefix: prefix.to_owned(),
+            });
+        }
+        if self.index.contains_key(name) {
+            return Err(ParamError::Duplicate(name.to_owned()));
+        }
+        let var = env_var_name(name);
+        let given = if let Some(v) = self.command_line.get(name) {
+            Some((v.clone(), Source::CommandLine))
+        } else {
+            self.environment
+                .get(&var)
+                .map(|v| (v.clone(), Source::Environment(var)))
+        };
+        let (value, source, error) = match given {
+            None => (spec.default.clone(), Source::Default, None),
+            Some((text, source)) => match parse_value(&spec.default, &text) {
+                Ok(v) => (v, source, None),
+                Err(reason) => {
+                    let err = ParamError::BadValue {
+                        name: name.to_owned(),
+                        value: text,
+                        source,
+                        reason,
+                    };
+                    (spec.default.clone(), Source::Default, Some(err))
+                }
+            },
+        };
+        self.index.insert(name.to_owned(), self.params.len());
+        self.params.push(Param {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            default: spec.default,
+            value,
+            source,
+            help: spec.help.into_string(),
+        });
+        error.map_or(Ok(()), Err)
+    }
+
+    /// A registered parameter.
+    pub fn get(&self, name: &str) -> Option<&Param> {
+        self.index.get(name).and_then(|&i| self.params.get(i))
+    }
+
+    /// Resolved value of a registered parameter.
+    pub fn value(&self, name: &str) -> Option<&ParamValue> {
+        self.get(name).map(|p| &p.value)
+    }
+
+    /// Resolved text value, `None` if missing or not text.
+    pub fn str_value(&self, name: &str) -> Option<&str> {
+        match self.value(name)? {
+            ParamValue::Str(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Every parameter in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = &Param> {
+        self.params.iter()
+    }
+
+    /// Names given with `--param` that nothing registered (typos, or
+    /// parameters of components that were not loaded).
+    pub fn unknown_command_line(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .command_line
+            .keys()
+            .filter(|k| !self.index.contains_key(*k))
+            .map(String::as_str)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, default: ParamValue) -> ParamSpec {
+        ParamSpec::new(name, default, "help")
+    }
+
+    #[test]
+    fn precedence_command_line_over_environment_over_default() {
+        let env = [
+            ("FIREOPAL_BTL_X_A".to_owned(), "7".to_owned()),
+            ("FIREOPAL_BTL_X_B".to_owned(), "8".to_owned()),
+        ];
+        let cli = vec![("btl_x_a".to_owned(), "9".to_owned())];
+        let mut s = ParamStore::with_environment(cli, env);
+        for n in ["btl_x_a", "btl_x_b", "btl_x_c"] {
+            s.register("btl x", "btl_x_", spec(n, ParamValue::UInt(1)))
+                .unwrap();
+        }
+        let a = s.get("btl_x_a").unwrap();
+        assert_eq!(
+            (a.value.clone(), a.source.clone()),
+            (ParamValue::UInt(9), Source::CommandLine)
+        );
+        let b = s.get("btl_x_b").unwrap();
+        assert_eq!(b.value, ParamValue::UInt(8));
+        assert_eq!(b.source, Source::Environment("FIREOPAL_BTL_X_B".into()));
+        let c = s.get("btl_x_c").unwrap();
+        assert_eq!(
+            (c.value.clone(), c.source.clone()),
+            (ParamValue::UInt(1), Source::Default)
+        );
+    }
+
+    #[test]
+    fn bad_value_names_the_parameter() {
+        let env = [("FIREOPAL_BTL_X_LIMIT".to_owned(), "lots".to_owned())];
+        let mut s = ParamStore::with_environment(vec![], env);
+        let err = s
+            .register(
+                "btl x",
+                "btl_x_",
+                spec("btl_x_limit", ParamValue::Size(4096)),
+            )
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("btl_x_limit") && text.contains("FIREOPAL_BTL_X_LIMIT"),
+            "{text}"
+        );
+        assert_eq!(s.value("btl_x_limit"), Some(&ParamValue::Size(4096)));
+    }
+
+    #[test]
+    fn registration_rules() {
+        let mut s = ParamStore::with_environment(vec![], []);
+        assert!(matches!(
+            s.register("btl x", "btl_x_", spec("btl_y_a", ParamValue::Bool(true))),
+            Err(ParamError::MissingPrefix { .. })
+        ));
+        assert!(matches!(
+            s.register("btl x", "btl_x_", spec("btl_x_A", ParamValue::Bool(true))),
+            Err(ParamError::BadName(_))
+        ));
+        s.register("btl x", "btl_x_", spec("btl_x_a", ParamValue::Bool(true)))
+            .unwrap();
+        assert!(matches!(
+            s.register("btl x", "btl_x_", spec("btl_x_a", ParamValue::Bool(true))),
+            Err(ParamError::Duplicate(_))
+        ));
+    }
+
+    #[test]
+    fn value_parsing() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2M"), Ok(2 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("3t"), Ok(3 << 40));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999t").is_err());
+        assert_eq!(
+            parse_value(&ParamValue::Bool(false), "on"),
+            Ok(ParamValue::Bool(true))
+        );
+        assert!(parse_value(&ParamValue::Bool(false), "maybe").is_err());
+        assert_eq!(
+            parse_value(&ParamValue::Int(0), "-5"),
+            Ok(ParamValue::Int(-5))
+        );
+        assert!(parse_value(&ParamValue::UInt(0), "-5").is_err());
+        assert_eq!(
+            parse_assignment("btl=shm,tcp"),
+            Ok(("btl".into(), "shm,tcp".into()))
+        );
+        assert!(parse_assignment("=x").is_err());
+        assert!(parse_assignment("novalue").is_err());
+    }
+}

@@ -1,0 +1,476 @@
+//! The byte transfer layer (BTL) interface.
+//!
+//! A BTL module moves active messages between the processes of a job and,
+//! when the hardware allows, does RDMA. The contract follows Open MPI's
+//! `btl.h` and UCX's UCT:
+//!
+//! - **Attributes** ([`BtlAttributes`]) say how large messages may be on
+//!   each path and how good the transport is (exclusivity, latency,
+//!   bandwidth), so the host can rank modules per peer and stripe.
+//! - **Endpoints**: the host publishes each module's [`Transport::address`]
+//!   through the bootstrap key-value store and passes every peer's address
+//!   to [`Transport::add_peers`], which answers reachability per peer
+//!   (an unreachable peer is reported, not guessed).
+//! - **Active messages** carry a `u8` tag, a small header and a payload.
+//!   [`Transport::sendi`] is all-or-nothing and immediate;
+//!   [`Transport::send`] may complete later. Received fragments and
+//!   completions are handed to the host's [`EventSink`] during
+//!   [`Transport::progress`]; the bytes are valid only during the call.
+//! - **RDMA**: [`Transport::put`] / [`Transport::get`] on memory registered
+//!   with [`Transport::register_mem`]; `UNSUPPORTED` is a normal answer.
+//!
+//! Plugin authors implement [`Transport`] and [`BtlComponentImpl`] and
+//! export with [`crate::export_btl_component!`]. The FFI-level types
+//! ([`BtlModule`], [`BtlComponent`]) are what crosses the boundary.
+
+// `#[sabi_trait]` and `#[derive(StableAbi)]` expand to unsafe FFI glue.
+#![allow(unsafe_code, non_local_definitions)]
+
+use abi_stable::library::RootModule;
+use abi_stable::sabi_trait;
+use abi_stable::sabi_types::{RMut, VersionStrings};
+use abi_stable::std_types::{RBox, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::StableAbi;
+
+use crate::host::{Host, HostServicesArc};
+use crate::param::{ParamRegistrar, ParamRegistryRef};
+use crate::{Availability, ComponentVersion, PluginError};
+
+/// A process's rank in the job.
+pub type Rank = u32;
+
+/// Capability flags of a BTL module.
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BtlFlags(pub u32);
+
+impl BtlFlags {
+    /// Active messages with [`Transport::send`] / [`Transport::sendi`].
+    pub const SEND: Self = Self(1);
+    /// RDMA write with [`Transport::put`].
+    pub const PUT: Self = Self(1 << 1);
+    /// RDMA read with [`Transport::get`].
+    pub const GET: Self = Self(1 << 2);
+    /// `put`/`get` need the local buffer registered too (verbs); without
+    /// it only the remote side needs a registration.
+    pub const NEEDS_LOCAL_REGISTRATION: Self = Self(1 << 3);
+    /// The module may be used to stripe one large message with others.
+    pub const STRIPE: Self = Self(1 << 4);
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for BtlFlags {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+/// Usual exclusivity values: a peer reachable by a module of higher
+/// exclusivity is not sent to through lower ones (as in Open MPI's BML).
+pub mod exclusivity {
+    /// Loopback to one's own rank.
+    pub const SELF: u32 = 0x0001_0000;
+    /// Node-local shared memory.
+    pub const SHARED_MEMORY: u32 = 0x0000_8000;
+    /// High-performance network (verbs).
+    pub const HIGH_PERFORMANCE_NETWORK: u32 = 0x0000_0400;
+    /// Commodity network (tcp).
+    pub const DEFAULT: u32 = 0x0000_0100;
+}
+
+/// Limits and quality figures of a module; constant for its lifetime.
+///
+/// Attributes added by later interface versions arrive as new
+/// [`BtlModule`] methods with defaults, so this struct never changes.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BtlAttributes {
+    /// Largest header + payload that [`Transport::sendi`] accepts.
+    pub max_sendi_size: u64,
+    /// Largest payload sent in one eager fragment; above it the host uses a
+    /// rendezvous protocol (RDMA or pipelined fragments).
+    pub eager_limit: u64,
+    /// Largest header + payload of one [`Transport::send`] fragment.
+    pub max_send_size: u64,
+    /// Largest active-message header in bytes.
+    pub max_header_size: u32,
+    /// Number of bytes of a rendezvous message sent with send/recv before
+    /// RDMA takes over.
+    pub rdma_pipeline_send_length: u64,
+    /// Size of each RDMA fragment of a pipelined transfer.
+    pub rdma_pipeline_frag_size: u64,
+    /// Messages smaller than this never use the RDMA pipeline.
+    pub min_rdma_pipeline_size: u64,
+    /// See [`exclusivity`].
+    pub exclusivity: u32,
+    /// Expected one-way latency of a small message, in nanoseconds.
+    pub latency_ns: u32,
+    /// Expected bandwidth, in MB/s.
+    pub bandwidth_mbps: u32,
+    /// Capabilities.
+    pub flags: BtlFlags,
+    /// Bytes of a packed remote key from [`Transport::register_mem`].
+    pub registration_handle_size: u32,
+}
+
+/// A peer's published address, as given to [`Transport::add_peers`].
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy)]
+pub struct PeerAddress<'a> {
+    /// The peer's rank.
+    pub rank: Rank,
+    /// Whether the host knows the peer is on this node.
+    pub node_local: bool,
+    /// The bytes the peer's module returned from [`Transport::address`].
+    /// They come from another process: parse them with checks.
+    pub address: RSlice<'a, u8>,
+}
+
+/// Whether a module can reach a peer.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub enum Reachability {
+    /// Messages to the peer can go through this module.
+    Reachable,
+    /// They cannot, and why (shown in debug logs).
+    Unreachable(RString),
+}
+
+/// Result of [`Transport::sendi`].
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendiOutcome {
+    /// The whole message left; nothing more will be reported for it.
+    Sent,
+    /// Nothing was sent; try `send`, or later.
+    Busy,
+}
+
+/// Result of [`Transport::send`] and of RDMA operations.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// Done now; no completion event will follow.
+    Done,
+    /// Under way; exactly one completion event with the cookie will follow.
+    Pending,
+}
+
+/// Kinds of access a registration grants.
+#[repr(transparent)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// Local reads (source of `put`).
+    pub const LOCAL_READ: Self = Self(1);
+    /// Local writes (target of `get`).
+    pub const LOCAL_WRITE: Self = Self(1 << 1);
+    /// Peers may read it (target of their `get`).
+    pub const REMOTE_READ: Self = Self(1 << 2);
+    /// Peers may write it (target of their `put`).
+    pub const REMOTE_WRITE: Self = Self(1 << 3);
+
+    /// Whether every access of `other` is granted.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+/// A range of this process's memory handed to a module that may read or
+/// write it after the call returns.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemRegion {
+    addr: usize,
+    len: usize,
+}
+
+impl MemRegion {
+    /// Describes `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// The bytes must stay allocated, and must not be accessed by the
+    /// caller in a conflicting way (written while a module reads them, or
+    /// touched at all while a module writes them), until the operation they
+    /// are given to completes, or for a registration, until it is
+    /// deregistered.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
+        Self {
+            addr: ptr as usize,
+            len,
+        }
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start as a pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+}
+
+/// A registration made by [`Transport::register_mem`].
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    /// Module-local id, given back to `deregister_mem` and as
+    /// [`RdmaOp::local_registration`].
+    pub id: u64,
+    /// Packed key a peer needs to access the memory
+    /// ([`BtlAttributes::registration_handle_size`] bytes).
+    pub remote_key: RVec<u8>,
+}
+
+/// One RDMA operation.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy)]
+pub struct RdmaOp<'a> {
+    /// Target peer.
+    pub peer: Rank,
+    /// Local source (`put`) or destination (`get`).
+    pub local: MemRegion,
+    /// Registration id of the local memory, or `u64::MAX` when the module
+    /// does not need one.
+    pub local_registration: u64,
+    /// Address in the peer's memory.
+    pub remote_addr: u64,
+    /// The peer's packed remote key; bytes from another process.
+    pub remote_key: RSlice<'a, u8>,
+    /// Reported back with the completion.
+    pub cookie: u64,
+}
+
+/// What a module reports back to the host during `progress`.
+pub trait EventSink {
+    /// A fragment arrived. `header` and `payload` are valid only during the
+    /// call.
+    fn deliver(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]);
+    /// A `send` that answered [`Completion::Pending`] finished.
+    fn send_complete(&mut self, cookie: u64, status: Result<(), PluginError>);
+    /// A `put`/`get` that answered [`Completion::Pending`] finished.
+    fn rdma_complete(&mut self, cookie: u64, status: Result<(), PluginError>);
+    /// A peer failed; later sends to it fail.
+    fn peer_failed(&mut self, peer: Rank, error: PluginError);
+}
+
+/// The transport as a plugin author writes it.
+///
+/// Every method is called by one thread at a time (the module is `Send`,
+/// not `Sync`). The adapter made by [`crate::export_btl_component!`] turns
+/// a panic in any method into an error and poisons the module.
+pub trait Transport: Send + 'static {
+    /// The module's limits and figures; called once after `open`.
+    fn attributes(&self) -> Result<BtlAttributes, PluginError>;
+
+    /// The bytes peers need to reach this module (published by the host).
+    fn address(&self) -> Result<Vec<u8>, PluginError>;
+
+    /// Adds peers; answers one [`Reachability`] per entry, in order. May be
+    /// called several times; a rank added twice keeps the first address.
+    fn add_peers(&mut self, peers: &[PeerAddress<'_>]) -> Result<Vec<Reachability>, PluginError>;
+
+    /// Forgets a peer; pending operations to it fail with their cookies.
+    fn remove_peer(&mut self, _peer: Rank) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    /// Immediate send of `header` + `payload` with `tag`.
+    ///
+    /// All or nothing: either the whole message leaves now and `Sent` is
+    /// returned (no completion follows), or nothing at all is sent and
+    /// `Busy` is returned. It must answer `Busy` when earlier sends to
+    /// `peer` are still queued, so order per peer holds. Messages larger
+    /// than [`BtlAttributes::max_sendi_size`] are `Busy`.
+    fn sendi(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendiOutcome, PluginError>;
+
+    /// Sends `header` + `payload` with `tag`, copying whatever it cannot
+    /// send now before it returns. `Done` means no event follows;
+    /// `Pending` means exactly one `send_complete(cookie, ..)` follows.
+    /// Messages to one peer arrive in the order they were sent (counting
+    /// both `sendi` and `send`). Larger than
+    /// [`BtlAttributes::max_send_size`] is an `INVALID_ARGUMENT` error.
+    fn send(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        cookie: u64,
+    ) -> Result<Completion, PluginError>;
+
+    /// Registers memory for RDMA.
+    fn register_mem(
+        &mut self,
+        _region: MemRegion,
+        _access: Access,
+    ) -> Result<Registration, PluginError> {
+        Err(PluginError::unsupported("memory registration"))
+    }
+
+    /// Releases a registration. Operations using it must be complete.
+    fn deregister_mem(&mut self, _id: u64) -> Result<(), PluginError> {
+        Err(PluginError::unsupported("memory registration"))
+    }
+
+    /// Writes `op.local` into the peer's memory at `op.remote_addr`.
+    fn put(&mut self, _op: &RdmaOp<'_>) -> Result<Completion, PluginError> {
+        Err(PluginError::unsupported("put"))
+    }
+
+    /// Reads the peer's memory at `op.remote_addr` into `op.local`.
+    fn get(&mut self, _op: &RdmaOp<'_>) -> Result<Completion, PluginError> {
+        Err(PluginError::unsupported("get"))
+    }
+
+    /// Makes progress: sends what is queued, receives what arrived, and
+    /// reports each event to `sink`. Returns how many events it reported.
+    fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError>;
+}
+
+/// Host-side receiver of events, as it crosses the boundary.
+#[sabi_trait]
+pub trait BtlEventSink {
+    /// See [`EventSink::deliver`].
+    fn deliver(&mut self, peer: Rank, tag: u8, header: RSlice<'_, u8>, payload: RSlice<'_, u8>);
+    /// See [`EventSink::send_complete`].
+    fn send_complete(&mut self, cookie: u64, status: RResult<(), PluginError>);
+    /// See [`EventSink::rdma_complete`].
+    fn rdma_complete(&mut self, cookie: u64, status: RResult<(), PluginError>);
+    /// See [`EventSink::peer_failed`].
+    #[sabi(last_prefix_field)]
+    fn peer_failed(&mut self, peer: Rank, error: PluginError);
+}
+
+/// Borrowed event sink as passed to `progress`.
+pub type BtlEventSinkRef<'a> = BtlEventSink_TO<'a, RMut<'a, ()>>;
+
+/// The module trait object as it crosses the boundary; each method has the
+/// contract of the [`Transport`] method of the same name.
+#[sabi_trait]
+pub trait BtlModule: Send {
+    /// See [`Transport::attributes`].
+    fn attributes(&self) -> RResult<BtlAttributes, PluginError>;
+    /// See [`Transport::address`].
+    fn address(&self) -> RResult<RVec<u8>, PluginError>;
+    /// See [`Transport::add_peers`].
+    fn add_peers(
+        &mut self,
+        peers: RSlice<'_, PeerAddress<'_>>,
+    ) -> RResult<RVec<Reachability>, PluginError>;
+    /// See [`Transport::remove_peer`].
+    fn remove_peer(&mut self, peer: Rank) -> RResult<(), PluginError>;
+    /// See [`Transport::sendi`].
+    fn sendi(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: RSlice<'_, u8>,
+        payload: RSlice<'_, u8>,
+    ) -> RResult<SendiOutcome, PluginError>;
+    /// See [`Transport::send`].
+    fn send(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: RSlice<'_, u8>,
+        payload: RSlice<'_, u8>,
+        cookie: u64,
+    ) -> RResult<Completion, PluginError>;
+    /// See [`Transport::register_mem`].
+    fn register_mem(
+        &mut self,
+        region: MemRegion,
+        access: Access,
+    ) -> RResult<Registration, PluginError>;
+    /// See [`Transport::deregister_mem`].
+    fn deregister_mem(&mut self, id: u64) -> RResult<(), PluginError>;
+    /// See [`Transport::put`].
+    fn put(&mut self, op: RdmaOp<'_>) -> RResult<Completion, PluginError>;
+    /// See [`Transport::get`].
+    fn get(&mut self, op: RdmaOp<'_>) -> RResult<Completion, PluginError>;
+    /// See [`Transport::progress`].
+    #[sabi(last_prefix_field)]
+    fn progress(&mut self, sink: BtlEventSinkRef<'_>) -> RResult<u32, PluginError>;
+}
+
+/// Owned module trait object, as returned by `open`.
+pub type BtlModuleBox = BtlModule_TO<'static, RBox<()>>;
+
+/// What a plugin author implements to describe a BTL component.
+pub trait BtlComponentImpl: 'static {
+    /// Component name; must equal the `<component>` part of the file name.
+    const NAME: &'static str;
+    /// Component version.
+    const VERSION: ComponentVersion;
+    /// The module type `open` builds.
+    type Module: Transport;
+
+    /// Declares the component's parameters (prefix `btl_<name>_`).
+    fn register_params(_registry: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    /// Whether the component can run in this job, and its priority.
+    fn query(host: &Host) -> Availability;
+
+    /// Builds the module. Called only after `query` answered `Available`.
+    fn open(host: Host) -> Result<Self::Module, PluginError>;
+}
+
+/// Root module of a BTL plugin.
+#[repr(C)]
+#[derive(StableAbi, Debug)]
+#[sabi(kind(Prefix(prefix_ref = BtlComponentRef)))]
+pub struct BtlComponent {
+    /// Component name (equal to the file name's component part).
+    pub name: RStr<'static>,
+    /// Component version.
+    pub version: ComponentVersion,
+    /// Declares the component's parameters.
+    pub register_params: extern "C" fn(ParamRegistryRef<'_>) -> RResult<(), PluginError>,
+    /// See [`BtlComponentImpl::query`].
+    pub query: extern "C" fn(HostServicesArc) -> RResult<Availability, PluginError>,
+    /// See [`BtlComponentImpl::open`].
+    #[sabi(last_prefix_field)]
+    pub open: extern "C" fn(HostServicesArc) -> RResult<BtlModuleBox, PluginError>,
+}
+
+impl RootModule for BtlComponentRef {
+    abi_stable::declare_root_module_statics! {BtlComponentRef}
+    const BASE_NAME: &'static str = "fireopal_btl";
+    const NAME: &'static str = "fireopal btl component";
+    const VERSION_STRINGS: VersionStrings = abi_stable::package_version_strings!();
+}

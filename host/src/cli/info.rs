@@ -1,0 +1,190 @@
+//! `fireopal info`: every component seen, its status, and every parameter.
+
+use std::process::ExitCode;
+
+use fireopal_abi::param::ParamValue;
+
+use super::json::Json;
+use super::CommonArgs;
+use crate::plugin::{Origin, Registry, Status};
+
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    let mut json = false;
+    let common = match CommonArgs::parse(args, |a| {
+        if a == "--json" {
+            json = true;
+            true
+        } else {
+            false
+        }
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fireopal info: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let registry = Registry::discover(&common.discovery_options());
+    if json {
+        println!("{}", to_json(&registry).render());
+    } else {
+        print!("{}", to_text(&registry));
+    }
+    for e in registry.errors() {
+        eprintln!("fireopal info: error: {e}");
+    }
+    for name in registry.params().unknown_command_line() {
+        eprintln!("fireopal info: warning: --param {name}: no such parameter");
+    }
+    if registry.errors().is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn status_fields(status: &Status) -> (&'static str, Option<u32>, Option<String>) {
+    match status {
+        Status::Available { priority } => ("available", Some(*priority), None),
+        Status::Unavailable { reason } => ("unavailable", None, Some(reason.clone())),
+        Status::NotLoaded(e) => ("not_loaded", None, Some(e.to_string())),
+        Status::Excluded { by } => (
+            "excluded",
+            None,
+            Some(format!("excluded by parameter {by}")),
+        ),
+    }
+}
+
+fn value_json(v: &ParamValue) -> Json {
+    match v {
+        ParamValue::Bool(b) => Json::Bool(*b),
+        ParamValue::Int(i) => Json::Int(i128::from(*i)),
+        ParamValue::UInt(u) | ParamValue::Size(u) => Json::Int(i128::from(*u)),
+        ParamValue::Str(s) => Json::str(s.as_str()),
+    }
+}
+
+fn to_json(r: &Registry) -> Json {
+    let components = r
+        .components()
+        .iter()
+        .map(|c| {
+            let (status, priority, reason) = status_fields(c.status());
+            Json::Obj(vec![
+                ("framework", Json::str(c.framework().name())),
+                ("name", Json::str(c.name())),
+                (
+                    "origin",
+                    match c.origin() {
+                        Origin::BuiltIn => Json::str("built-in"),
+                        Origin::File(p) => Json::str(p.display().to_string()),
+                    },
+                ),
+                (
+                    "version",
+                    c.version().map_or(Json::Null, |v| Json::str(v.to_string())),
+                ),
+                ("status", Json::str(status)),
+                (
+                    "priority",
+                    priority.map_or(Json::Null, |p| Json::Int(i128::from(p))),
+                ),
+                ("reason", reason.map_or(Json::Null, Json::Str)),
+                ("selected", Json::Bool(c.is_selected())),
+            ])
+        })
+        .collect();
+    let params = r
+        .params()
+        .iter()
+        .map(|p| {
+            Json::Obj(vec![
+                ("name", Json::str(&p.name)),
+                ("owner", Json::str(&p.owner)),
+                ("type", Json::str(p.default.type_name())),
+                ("value", value_json(&p.value)),
+                ("default", value_json(&p.default)),
+                ("source", Json::str(p.source.to_string())),
+                ("env", Json::str(crate::param::env_var_name(&p.name))),
+                ("help", Json::str(&p.help)),
+            ])
+        })
+        .collect();
+    Json::Obj(vec![
+        ("version", Json::str(env!("CARGO_PKG_VERSION"))),
+        (
+            "interface_version",
+            Json::str(fireopal_abi::INTERFACE_VERSION),
+        ),
+        (
+            "search_path",
+            Json::Arr(
+                r.search_path()
+                    .iter()
+                    .map(|p| Json::str(p.display().to_string()))
+                    .collect(),
+            ),
+        ),
+        ("components", Json::Arr(components)),
+        ("parameters", Json::Arr(params)),
+        (
+            "errors",
+            Json::Arr(
+                r.errors()
+                    .iter()
+                    .map(|e| Json::str(e.to_string()))
+                    .collect(),
+            ),
+        ),
+    ])
+}
+
+fn to_text(r: &Registry) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "fireopal {} (plugin interface fireopal-abi {})",
+        env!("CARGO_PKG_VERSION"),
+        fireopal_abi::INTERFACE_VERSION
+    );
+    let _ = writeln!(out, "\nsearch path:");
+    for p in r.search_path() {
+        let _ = writeln!(out, "  {}", p.display());
+    }
+    let _ = writeln!(out, "\ncomponents:");
+    for c in r.components() {
+        let version = c
+            .version()
+            .map_or_else(|| "-".to_owned(), |v| v.to_string());
+        let selected = if c.is_selected() { " [selected]" } else { "" };
+        let _ = writeln!(
+            out,
+            "  {:<8} {:<12} {:<8} {}{}\n  {:<8} {:<12} {:<8} from {}",
+            c.framework().name(),
+            c.name(),
+            version,
+            c.status(),
+            selected,
+            "",
+            "",
+            "",
+            c.origin()
+        );
+    }
+    let _ = writeln!(out, "\nparameters:");
+    for p in r.params().iter() {
+        let _ = writeln!(
+            out,
+            "  {} = {:?} ({}, {}; default {:?})\n      {}",
+            p.name,
+            p.value.to_string(),
+            p.default.type_name(),
+            p.source,
+            p.default.to_string(),
+            p.help
+        );
+    }
+    out
+}

@@ -1,1 +1,0 @@
-//! Plugin discovery and selection (being written).

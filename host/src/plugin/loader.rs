@@ -1,0 +1,188 @@
+//! Opening plugin files and checking them against this host's interface.
+//!
+//! Each file is opened with `lib_header_from_path` (never
+//! `RootModule::load_from*`, which caches one module per type per process).
+//! All headers are opened first, then root modules are initialised newest
+//! interface version first: abi_stable merges type layouts process-wide and
+//! the merge depends on the order. Every failure becomes a [`LoadError`]
+//! value; libraries are never unloaded.
+
+use std::fmt;
+use std::path::Path;
+
+use abi_stable::library::{lib_header_from_path, LibHeader, LibraryError};
+use abi_stable::sabi_types::VersionNumber;
+use fireopal_abi::btl::BtlComponentRef;
+use fireopal_abi::memheap::MemheapComponentRef;
+
+/// Why a plugin file could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// The file is not a loadable shared library.
+    NotALibrary(String),
+    /// A library the plugin depends on is missing.
+    MissingDependency(String),
+    /// The library exports no fireopal root module.
+    NoRootModule,
+    /// The file name's framework is not one this host knows.
+    UnknownFramework(String),
+    /// Built against an interface generation this host does not accept.
+    IncompatibleVersion {
+        /// Interface version the plugin was built against.
+        plugin: String,
+        /// Interface version of this host.
+        host: String,
+    },
+    /// The interface types differ from this host's (the `Error:` lines of
+    /// abi_stable's layout report).
+    IncompatibleInterface(String),
+    /// The component's name differs from the file name's.
+    NameMismatch {
+        /// Name from the file name.
+        file: String,
+        /// Name the component reports.
+        inside: String,
+    },
+    /// The root-module initialiser failed or panicked.
+    InitFailed(String),
+    /// The component could not register its parameters.
+    Params(String),
+    /// The same framework and component was already found earlier on the
+    /// search path (or is built in).
+    Shadowed(String),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotALibrary(d) => write!(f, "not a loadable library: {d}"),
+            Self::MissingDependency(d) => write!(f, "missing dependent library: {d}"),
+            Self::NoRootModule => f.write_str("not a fireopal plugin: it exports no root module"),
+            Self::UnknownFramework(fw) => write!(f, "unknown framework {fw:?}"),
+            Self::IncompatibleVersion { plugin, host } => write!(
+                f,
+                "incompatible interface version: plugin built against fireopal-abi {plugin}, \
+                 this host uses {host}; rebuild the plugin against this host's fireopal-abi"
+            ),
+            Self::IncompatibleInterface(lines) => {
+                write!(f, "incompatible interface: {lines}")
+            }
+            Self::NameMismatch { file, inside } => write!(
+                f,
+                "component calls itself {inside:?} but the file name says {file:?}"
+            ),
+            Self::InitFailed(d) => write!(f, "root module failed to initialise: {d}"),
+            Self::Params(d) => write!(f, "parameter registration failed: {d}"),
+            Self::Shadowed(by) => write!(f, "shadowed by {by}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// A root module that passed every check.
+#[derive(Clone, Copy)]
+pub(crate) enum Root {
+    Btl(BtlComponentRef),
+    Memheap(MemheapComponentRef),
+}
+
+impl fmt::Debug for Root {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Btl(r) => write!(f, "Root::Btl({})", r.name()),
+            Self::Memheap(r) => write!(f, "Root::Memheap({})", r.name()),
+        }
+    }
+}
+
+/// Opens `path` and reads its header without initialising anything.
+pub(crate) fn open_header(path: &Path) -> Result<&'static LibHeader, LoadError> {
+    lib_header_from_path(path).map_err(|e| classify(path, e))
+}
+
+/// Interface version a header announces (for newest-first ordering).
+pub(crate) fn header_version(header: &LibHeader) -> Option<VersionNumber> {
+    VersionNumber::new(header.version_strings()).ok()
+}
+
+/// Checks the header against this host's root-module type for `framework`
+/// and initialises it.
+pub(crate) fn init_root(
+    header: &'static LibHeader,
+    framework: &str,
+    path: &Path,
+) -> Result<Root, LoadError> {
+    match framework {
+        "btl" => header
+            .init_root_module::<BtlComponentRef>()
+            .map(Root::Btl)
+            .map_err(|e| classify(path, e)),
+        "memheap" => header
+            .init_root_module::<MemheapComponentRef>()
+            .map(Root::Memheap)
+            .map_err(|e| classify(path, e)),
+        other => Err(LoadError::UnknownFramework(other.to_owned())),
+    }
+}
+
+/// Only the `Error:` lines of abi_stable's layout report, which otherwise
+/// runs to hundreds of lines of type dumps.
+fn error_lines(report: &str) -> String {
+    let lines: Vec<&str> = report
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("Error:"))
+        .collect();
+    if lines.is_empty() {
+        report
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("")
+            .to_owned()
+    } else {
+        lines.join("; ")
+    }
+}
+
+fn classify(path: &Path, err: LibraryError) -> LoadError {
+    match err {
+        LibraryError::OpenError { err, .. } => {
+            let text = err.to_string();
+            // dlopen names the file it could not find; when that file is not
+            // the plugin itself, a dependency is missing.
+            let own = path.to_string_lossy();
+            if text.contains("cannot open shared object file") && !text.contains(own.as_ref()) {
+                LoadError::MissingDependency(text)
+            } else {
+                LoadError::NotALibrary(text)
+            }
+        }
+        LibraryError::GetSymbolError { .. } => LoadError::NoRootModule,
+        LibraryError::ParseVersionError(e) => {
+            LoadError::IncompatibleInterface(format!("unparsable version: {e}"))
+        }
+        LibraryError::IncompatibleVersionNumber {
+            expected_version,
+            actual_version,
+            ..
+        } => LoadError::IncompatibleVersion {
+            plugin: actual_version.to_string(),
+            host: expected_version.to_string(),
+        },
+        LibraryError::AbiInstability(report) => {
+            LoadError::IncompatibleInterface(error_lines(&report.to_string()))
+        }
+        LibraryError::InvalidAbiHeader(_) => LoadError::IncompatibleInterface(
+            "built with an abi_stable version incompatible with this host's".to_owned(),
+        ),
+        LibraryError::InvalidCAbi { .. } => LoadError::IncompatibleInterface(
+            "built by a compiler with a different C ABI".to_owned(),
+        ),
+        LibraryError::RootModule { err, .. } => {
+            LoadError::InitFailed(err.to_string().trim().to_owned())
+        }
+        other => LoadError::InitFailed(other.to_string().trim().to_owned()),
+    }
+}

@@ -1,0 +1,704 @@
+//! Components: discovery, loading, ranking and selection.
+//!
+//! [`Registry::discover`] builds the list of every component this process
+//! can see, built-in and file, each with a [`Status`]:
+//!
+//! 1. framework parameters are registered (`plugin_path`, `btl`,
+//!    `memheap`, `log_level`);
+//! 2. built-in components are listed (the btl `self`);
+//! 3. the search path is scanned; file names are matched against the
+//!    framework's include/exclude list *before* anything is opened;
+//! 4. every admitted file's header is opened, then root modules are
+//!    initialised newest interface version first;
+//! 5. each loaded component registers its parameters, then answers
+//!    `query` with the resolved parameters and the job in hand;
+//! 6. btl is select-many (every available component, by priority), memheap
+//!    select-one (the highest priority).
+//!
+//! Nothing here panics or exits on a bad plugin: each failure is a value in
+//! the component's status, and job-level problems (a malformed list, a
+//! bad parameter value, an explicitly requested component that is not
+//! usable) are collected as [`DiscoveryError`]s.
+
+mod discovery;
+mod loader;
+mod services;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::RResult;
+use fireopal_abi::btl::{BtlComponentRef, BtlModuleBox};
+use fireopal_abi::host::{HostServices_TO, JobInfo, LogLevel, JOB_KEY_LEN};
+use fireopal_abi::memheap::{MemheapComponentRef, MemheapModuleBox};
+use fireopal_abi::param::{ParamRegistry_TO, ParamSpec, ParamValue};
+use fireopal_abi::{Availability, ComponentVersion, PluginError};
+
+pub use discovery::{scan, search_path, Candidate, ComponentFilter, FilterError};
+pub use loader::LoadError;
+
+use crate::param::{ParamError, ParamStore};
+use loader::Root;
+use services::{ComponentParams, ComponentServices};
+
+/// The frameworks this host knows, and how each selects.
+pub const FRAMEWORKS: [Framework; 2] = [Framework::Btl, Framework::Memheap];
+
+/// A component framework.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Framework {
+    /// Byte transfer layers: select-many.
+    Btl,
+    /// Symmetric-heap allocators: select-one.
+    Memheap,
+}
+
+impl Framework {
+    /// Name as used in file names and parameters.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Btl => "btl",
+            Self::Memheap => "memheap",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        FRAMEWORKS.into_iter().find(|f| f.name() == name)
+    }
+}
+
+impl fmt::Display for Framework {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled into the host.
+    BuiltIn,
+    /// A plugin file.
+    File(PathBuf),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BuiltIn => f.write_str("built-in"),
+            Self::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// What became of a component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Loaded and usable, with its priority.
+    Available {
+        /// Larger is preferred.
+        priority: u32,
+    },
+    /// Loaded, but it declined (or its `query` failed), with the reason.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+    /// The file could not be used.
+    NotLoaded(LoadError),
+    /// Left out by the framework's include/exclude list; never opened.
+    Excluded {
+        /// The list parameter that excluded it.
+        by: String,
+    },
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Available { priority } => write!(f, "available (priority {priority})"),
+            Self::Unavailable { reason } => write!(f, "unavailable: {reason}"),
+            Self::NotLoaded(e) => write!(f, "not loaded: {e}"),
+            Self::Excluded { by } => write!(f, "excluded by parameter {by}"),
+        }
+    }
+}
+
+/// One component this process saw.
+#[derive(Debug, Clone)]
+pub struct Component {
+    framework: Framework,
+    name: String,
+    origin: Origin,
+    version: Option<ComponentVersion>,
+    status: Status,
+    selected: bool,
+    root: Option<Root>,
+}
+
+impl Component {
+    /// Its framework (for files with an unknown framework: the framework
+    /// part of the file name is in [`LoadError::UnknownFramework`]).
+    pub fn framework(&self) -> Framework {
+        self.framework
+    }
+    /// Component name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Built-in or file.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+    /// Version, once loaded.
+    pub fn version(&self) -> Option<ComponentVersion> {
+        self.version
+    }
+    /// What became of it.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+    /// Whether its framework selected it.
+    pub fn is_selected(&self) -> bool {
+        self.selected
+    }
+    /// Priority when available.
+    pub fn priority(&self) -> Option<u32> {
+        match self.status {
+            Status::Available { priority } => Some(priority),
+            _ => None,
+        }
+    }
+}
+
+/// A job-level problem found during discovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiscoveryError {
+    /// A parameter value is invalid.
+    Param(ParamError),
+    /// An include/exclude list is malformed.
+    Filter(FilterError),
+    /// A component named in an include list was not found.
+    RequiredMissing {
+        /// Its framework.
+        framework: Framework,
+        /// Its name.
+        name: String,
+    },
+    /// A component named in an include list is not usable.
+    RequiredUnusable {
+        /// Its framework.
+        framework: Framework,
+        /// Its name.
+        name: String,
+        /// Its status.
+        status: String,
+    },
+}
+
+impl fmt::Display for DiscoveryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Param(e) => e.fmt(f),
+            Self::Filter(e) => e.fmt(f),
+            Self::RequiredMissing { framework, name } => write!(
+                f,
+                "{framework} component {name:?} was requested but not found on the search path"
+            ),
+            Self::RequiredUnusable {
+                framework,
+                name,
+                status,
+            } => write!(
+                f,
+                "{framework} component {name:?} was requested but is {status}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DiscoveryError {}
+
+/// Why a selected component could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// No component of the framework is selected.
+    NothingSelected(Framework),
+    /// The component is not available.
+    NotAvailable(String),
+    /// The component's `open` failed.
+    Failed {
+        /// Component name.
+        name: String,
+        /// The component's error.
+        error: PluginError,
+    },
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NothingSelected(fw) => write!(f, "no {fw} component is available"),
+            Self::NotAvailable(n) => write!(f, "component {n:?} is not available"),
+            Self::Failed { name, error } => write!(f, "opening {name:?} failed: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// Inputs of discovery.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `--param name=value` assignments.
+    pub command_line: Vec<(String, String)>,
+    /// Environment to resolve parameters against; `None` reads this
+    /// process's.
+    pub environment: Option<Vec<(String, String)>>,
+    /// This process's place in the job.
+    pub job: JobInfo,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            command_line: Vec::new(),
+            environment: None,
+            job: JobInfo {
+                rank: 0,
+                size: 1,
+                local_rank: 0,
+                local_size: 1,
+                job_key: [0; JOB_KEY_LEN],
+            },
+        }
+    }
+}
+
+type BuiltIn = (Framework, Root);
+
+/// Built-in components, made once per process (building a root module
+/// leaks it, as plugin roots are).
+fn builtins() -> Vec<BuiltIn> {
+    static BUILTINS: std::sync::OnceLock<Vec<BuiltIn>> = std::sync::OnceLock::new();
+    BUILTINS
+        .get_or_init(|| {
+            vec![(
+                Framework::Btl,
+                Root::Btl(fireopal_abi::export::btl_component::<
+                    crate::btl::self_btl::SelfComponent,
+                >()),
+            )]
+        })
+        .clone()
+}
+
+/// Every component this process can see, and what was selected.
+#[derive(Debug)]
+pub struct Registry {
+    components: Vec<Component>,
+    params: ParamStore,
+    errors: Vec<DiscoveryError>,
+    search_path: Vec<PathBuf>,
+    services: ComponentServices,
+}
+
+fn param_prefix(framework: Framework, component: &str) -> String {
+    format!("{}_{}_", framework.name(), component.replace('-', "_"))
+}
+
+fn root_name(root: &Root) -> (String, ComponentVersion) {
+    match root {
+        Root::Btl(r) => (r.name().to_string(), r.version()),
+        Root::Memheap(r) => (r.name().to_string(), r.version()),
+    }
+}
+
+impl Registry {
+    /// Discovers, loads, queries and selects components. Never fails: see
+    /// [`Registry::errors`] for job-level problems and each component's
+    /// [`Status`] for its own.
+    pub fn discover(options: &Options) -> Self {
+        let mut params = match &options.environment {
+            Some(env) => ParamStore::with_environment(options.command_line.clone(), env.clone()),
+            None => ParamStore::new(options.command_line.clone()),
+        };
+        let mut errors = Vec::new();
+        let framework_params = [
+            ParamSpec::new(
+                "plugin_path",
+                ParamValue::Str("".into()),
+                "colon-separated directories searched for plugins before the default places",
+            ),
+            ParamSpec::new(
+                "btl",
+                ParamValue::Str("".into()),
+                "btl components to use: 'a,b' keeps only those, '^a,b' drops those",
+            ),
+            ParamSpec::new(
+                "memheap",
+                ParamValue::Str("".into()),
+                "memheap components to consider: 'a,b' keeps only those, '^a,b' drops those",
+            ),
+            ParamSpec::new(
+                "log_level",
+                ParamValue::Str("warn".into()),
+                "messages shown: error, warn, info or debug",
+            ),
+        ];
+        for spec in framework_params {
+            if let Err(e) = params.register("fireopal", "", spec) {
+                errors.push(DiscoveryError::Param(e));
+            }
+        }
+        let log_level = match params.str_value("log_level").unwrap_or("warn") {
+            "error" => LogLevel::Error,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            "warn" => LogLevel::Warn,
+            other => {
+                errors.push(DiscoveryError::Param(ParamError::BadValue {
+                    name: "log_level".into(),
+                    value: other.into(),
+                    source: params
+                        .get("log_level")
+                        .map(|p| p.source.clone())
+                        .unwrap_or(crate::param::Source::Default),
+                    reason: "expected error, warn, info or debug".into(),
+                }));
+                LogLevel::Warn
+            }
+        };
+        let filters: Vec<(Framework, ComponentFilter)> = FRAMEWORKS
+            .iter()
+            .map(|&fw| {
+                let text = params.str_value(fw.name()).unwrap_or("");
+                let filter = ComponentFilter::parse(fw.name(), text).unwrap_or_else(|e| {
+                    errors.push(DiscoveryError::Filter(e));
+                    ComponentFilter::All
+                });
+                (fw, filter)
+            })
+            .collect();
+        let filter_of = |fw: Framework| {
+            filters
+                .iter()
+                .find(|(f, _)| *f == fw)
+                .map(|(_, flt)| flt.clone())
+                .unwrap_or_default()
+        };
+
+        let mut components: Vec<Component> = Vec::new();
+        for (framework, root) in builtins() {
+            let (name, version) = root_name(&root);
+            let admitted = filter_of(framework).admits(&name);
+            components.push(Component {
+                framework,
+                name,
+                origin: Origin::BuiltIn,
+                version: Some(version),
+                status: if admitted {
+                    Status::Unavailable {
+                        reason: "not queried".into(),
+                    }
+                } else {
+                    Status::Excluded {
+                        by: framework.name().into(),
+                    }
+                },
+                selected: false,
+                root: admitted.then_some(root),
+            });
+        }
+
+        // Scan and open headers; nothing is initialised yet.
+        let search_path = search_path(params.str_value("plugin_path").unwrap_or(""));
+        let mut opened = Vec::new();
+        for cand in scan(&search_path) {
+            let Some(framework) = Framework::from_name(&cand.framework) else {
+                // Listed under a framework it does not belong to; keep the
+                // file name's framework in the reason.
+                components.push(Component {
+                    framework: Framework::Btl,
+                    name: cand.component.clone(),
+                    origin: Origin::File(cand.path.clone()),
+                    version: None,
+                    status: Status::NotLoaded(LoadError::UnknownFramework(cand.framework.clone())),
+                    selected: false,
+                    root: None,
+                });
+                continue;
+            };
+            let shadow = components
+                .iter()
+                .find(|c| {
+                    c.framework == framework
+                        && c.name == cand.component
+                        && !matches!(c.status, Status::NotLoaded(LoadError::UnknownFramework(_)))
+                })
+                .map(|c| c.origin.to_string());
+            let mut entry = Component {
+                framework,
+                name: cand.component.clone(),
+                origin: Origin::File(cand.path.clone()),
+                version: None,
+                status: Status::Unavailable {
+                    reason: "not queried".into(),
+                },
+                selected: false,
+                root: None,
+            };
+            if let Some(by) = shadow {
+                entry.status = Status::NotLoaded(LoadError::Shadowed(by));
+            } else if !filter_of(framework).admits(&cand.component) {
+                entry.status = Status::Excluded {
+                    by: framework.name().into(),
+                };
+            } else {
+                match loader::open_header(&cand.path) {
+                    Ok(header) => opened.push((components.len(), header)),
+                    Err(e) => entry.status = Status::NotLoaded(e),
+                }
+            }
+            components.push(entry);
+        }
+
+        // Newest interface first: abi_stable's process-wide layout merge
+        // depends on the order.
+        opened.sort_by(|a, b| {
+            let va = loader::header_version(a.1).map(|v| (v.major, v.minor, v.patch));
+            let vb = loader::header_version(b.1).map(|v| (v.major, v.minor, v.patch));
+            vb.cmp(&va).then(a.0.cmp(&b.0))
+        });
+        for (index, header) in opened {
+            let Some(c) = components.get_mut(index) else {
+                continue;
+            };
+            let Origin::File(path) = c.origin.clone() else {
+                continue;
+            };
+            match loader::init_root(header, c.framework.name(), &path) {
+                Ok(root) => {
+                    let (inside, version) = root_name(&root);
+                    if inside == c.name {
+                        c.version = Some(version);
+                        c.root = Some(root);
+                    } else {
+                        c.status = Status::NotLoaded(LoadError::NameMismatch {
+                            file: c.name.clone(),
+                            inside,
+                        });
+                    }
+                }
+                Err(e) => c.status = Status::NotLoaded(e),
+            }
+        }
+
+        // Parameters of every loaded component, then one snapshot of the
+        // resolved values for `query` and `open`.
+        for c in components.iter_mut() {
+            let Some(root) = c.root else { continue };
+            let mut bad_values = Vec::new();
+            let owner = format!("{} {}", c.framework, c.name);
+            let mut registry = ComponentParams {
+                store: &mut params,
+                owner,
+                prefix: param_prefix(c.framework, &c.name),
+                bad_values: &mut bad_values,
+            };
+            let registry_to = ParamRegistry_TO::from_ptr(&mut registry, TD_Opaque);
+            let result = match root {
+                Root::Btl(r) => r.register_params()(registry_to),
+                Root::Memheap(r) => r.register_params()(registry_to),
+            };
+            errors.extend(bad_values.into_iter().map(DiscoveryError::Param));
+            if let RResult::RErr(e) = result {
+                c.status = Status::NotLoaded(LoadError::Params(e.to_string()));
+                c.root = None;
+            }
+        }
+        let services = ComponentServices::new(&params, options.job, log_level);
+
+        for c in components.iter_mut() {
+            let Some(root) = c.root else { continue };
+            let host = HostServices_TO::from_ptr(
+                abi_stable::std_types::RArc::new(
+                    services.for_component(&format!("{} {}", c.framework, c.name)),
+                ),
+                TD_Opaque,
+            );
+            let answer = match root {
+                Root::Btl(r) => r.query()(host),
+                Root::Memheap(r) => r.query()(host),
+            };
+            c.status = match answer {
+                RResult::ROk(Availability::Available { priority }) => {
+                    Status::Available { priority }
+                }
+                RResult::ROk(Availability::Unavailable { reason }) => Status::Unavailable {
+                    reason: reason.into_string(),
+                },
+                RResult::RErr(e) => Status::Unavailable {
+                    reason: format!("query failed: {e}"),
+                },
+            };
+        }
+
+        // Selection.
+        for fw in FRAMEWORKS {
+            let mut best: Option<(usize, u32)> = None;
+            for (i, c) in components.iter_mut().enumerate() {
+                if c.framework != fw {
+                    continue;
+                }
+                if let Some(p) = c.priority() {
+                    match fw {
+                        Framework::Btl => c.selected = true,
+                        Framework::Memheap => {
+                            if best.is_none_or(|(_, bp)| p > bp) {
+                                best = Some((i, p));
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(c) = best.and_then(|(i, _)| components.get_mut(i)) {
+                c.selected = true;
+            }
+            if let ComponentFilter::Include(names) = filter_of(fw) {
+                for name in names {
+                    let found = components.iter().find(|c| {
+                        c.framework == fw
+                            && c.name == name
+                            && !matches!(c.status, Status::NotLoaded(LoadError::Shadowed(_)))
+                    });
+                    match found {
+                        None => errors.push(DiscoveryError::RequiredMissing {
+                            framework: fw,
+                            name,
+                        }),
+                        Some(c) if c.priority().is_none() => {
+                            errors.push(DiscoveryError::RequiredUnusable {
+                                framework: fw,
+                                name,
+                                status: c.status.to_string(),
+                            })
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+
+        Self {
+            components,
+            params,
+            errors,
+            search_path,
+            services,
+        }
+    }
+
+    /// Like [`Registry::discover`], but any job-level problem is an error:
+    /// what a runtime calls at init.
+    pub fn open(options: &Options) -> Result<Self, DiscoveryError> {
+        let mut registry = Self::discover(options);
+        if registry.errors.is_empty() {
+            Ok(registry)
+        } else {
+            Err(registry.errors.swap_remove(0))
+        }
+    }
+
+    /// Every component seen, built-ins first, then files in search order.
+    pub fn components(&self) -> &[Component] {
+        &self.components
+    }
+
+    /// Job-level problems.
+    pub fn errors(&self) -> &[DiscoveryError] {
+        &self.errors
+    }
+
+    /// Every registered parameter.
+    pub fn params(&self) -> &ParamStore {
+        &self.params
+    }
+
+    /// The directories that were searched.
+    pub fn search_path(&self) -> &[PathBuf] {
+        &self.search_path
+    }
+
+    /// Selected BTL components, highest priority first.
+    pub fn selected_btls(&self) -> Vec<&Component> {
+        let mut v: Vec<&Component> = self
+            .components
+            .iter()
+            .filter(|c| c.framework == Framework::Btl && c.selected)
+            .collect();
+        v.sort_by_key(|c| std::cmp::Reverse(c.priority()));
+        v
+    }
+
+    /// The selected memheap component.
+    pub fn selected_memheap(&self) -> Option<&Component> {
+        self.components
+            .iter()
+            .find(|c| c.framework == Framework::Memheap && c.selected)
+    }
+
+    fn services_for(&self, c: &Component) -> fireopal_abi::host::HostServicesArc {
+        HostServices_TO::from_ptr(
+            abi_stable::std_types::RArc::new(
+                self.services
+                    .for_component(&format!("{} {}", c.framework, c.name)),
+            ),
+            TD_Opaque,
+        )
+    }
+
+    /// Opens a BTL module of an available component.
+    pub fn open_btl(&self, component: &Component) -> Result<BtlModuleBox, OpenError> {
+        let (Some(Root::Btl(root)), Some(_)) = (component.root, component.priority()) else {
+            return Err(OpenError::NotAvailable(component.name.clone()));
+        };
+        open_with(component, root.open()(self.services_for(component)))
+    }
+
+    /// Opens the selected memheap component's module.
+    pub fn open_memheap(&self) -> Result<(&Component, MemheapModuleBox), OpenError> {
+        let c = self
+            .selected_memheap()
+            .ok_or(OpenError::NothingSelected(Framework::Memheap))?;
+        let Some(Root::Memheap(root)) = c.root else {
+            return Err(OpenError::NotAvailable(c.name.clone()));
+        };
+        open_with(c, root.open()(self.services_for(c))).map(|m| (c, m))
+    }
+}
+
+fn open_with<M>(c: &Component, result: RResult<M, PluginError>) -> Result<M, OpenError> {
+    result.into_result().map_err(|error| OpenError::Failed {
+        name: c.name.clone(),
+        error,
+    })
+}
+
+/// Roots of the built-in components, for code that wants to call them
+/// without discovery (tests, embedding runtimes).
+pub fn builtin_btl_root(name: &str) -> Option<BtlComponentRef> {
+    builtins().into_iter().find_map(|(_, root)| match root {
+        Root::Btl(r) if r.name().as_str() == name => Some(r),
+        _ => None,
+    })
+}
+
+/// Root of a built-in memheap component.
+pub fn builtin_memheap_root(name: &str) -> Option<MemheapComponentRef> {
+    builtins().into_iter().find_map(|(_, root)| match root {
+        Root::Memheap(r) if r.name().as_str() == name => Some(r),
+        _ => None,
+    })
+}
