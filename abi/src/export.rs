@@ -314,10 +314,48 @@ pub fn describe_panic(payload: &(dyn Any + Send)) -> RString {
 /// as `libfireopal_btl_<NAME>.so`, and must depend on `abi_stable`
 /// directly (the root-module attribute names it by path).
 ///
-/// ```ignore
-/// struct Loop;
-/// impl fireopal_abi::btl::BtlComponentImpl for Loop { /* ... */ }
-/// fireopal_abi::export_btl_component!(Loop);
+/// ```
+/// use fireopal_abi::btl::*;
+/// use fireopal_abi::host::Host;
+/// use fireopal_abi::{Availability, ComponentVersion, PluginError};
+///
+/// struct Null;
+/// impl Transport for Null {
+///     fn attributes(&self) -> Result<BtlAttributes, PluginError> {
+///         Err(PluginError::unsupported("attributes"))
+///     }
+///     fn address(&self) -> Result<Vec<u8>, PluginError> {
+///         Ok(Vec::new())
+///     }
+///     fn add_peers(&mut self, peers: &[PeerAddress<'_>]) -> Result<Vec<Reachability>, PluginError> {
+///         Ok(peers.iter().map(|_| Reachability::Unreachable("reaches no one".into())).collect())
+///     }
+///     fn sendi(&mut self, _: Rank, _: u8, _: &[u8], _: &[u8]) -> Result<SendiOutcome, PluginError> {
+///         Ok(SendiOutcome::Busy)
+///     }
+///     fn send(&mut self, _: Rank, _: u8, _: &[u8], _: &[u8], _: u64) -> Result<Completion, PluginError> {
+///         Err(PluginError::unsupported("send"))
+///     }
+///     fn progress(&mut self, _: &mut dyn EventSink) -> Result<usize, PluginError> {
+///         Ok(0)
+///     }
+/// }
+///
+/// struct NullComponent;
+/// impl BtlComponentImpl for NullComponent {
+///     const NAME: &'static str = "null";
+///     const VERSION: ComponentVersion = ComponentVersion::new(1, 0, 0);
+///     type Module = Null;
+///     fn query(_host: &Host) -> Availability {
+///         Availability::Unavailable { reason: "a null transport moves nothing".into() }
+///     }
+///     fn open(_host: Host) -> Result<Null, PluginError> {
+///         Ok(Null)
+///     }
+/// }
+///
+/// fireopal_abi::export_btl_component!(NullComponent);
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! export_btl_component {
@@ -341,4 +379,103 @@ macro_rules! export_memheap_component {
             $crate::export::memheap_component::<$component>()
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btl::BtlFlags;
+
+    struct Fragile {
+        sends: usize,
+    }
+
+    impl Transport for Fragile {
+        fn attributes(&self) -> Result<BtlAttributes, PluginError> {
+            Ok(BtlAttributes {
+                max_sendi_size: 8,
+                eager_limit: 8,
+                max_send_size: 8,
+                max_header_size: 8,
+                rdma_pipeline_send_length: 0,
+                rdma_pipeline_frag_size: 0,
+                min_rdma_pipeline_size: 0,
+                exclusivity: 0,
+                latency_ns: 0,
+                bandwidth_mbps: 0,
+                flags: BtlFlags::SEND,
+                registration_handle_size: 0,
+            })
+        }
+        fn address(&self) -> Result<Vec<u8>, PluginError> {
+            Ok(Vec::new())
+        }
+        fn add_peers(&mut self, _: &[PeerAddress<'_>]) -> Result<Vec<Reachability>, PluginError> {
+            // Wrong length on purpose: the adapter must refuse it.
+            Ok(Vec::new())
+        }
+        fn sendi(
+            &mut self,
+            _: Rank,
+            _: u8,
+            _: &[u8],
+            p: &[u8],
+        ) -> Result<SendiOutcome, PluginError> {
+            self.sends += 1;
+            if p == b"boom" {
+                panic!("sendi blew up");
+            }
+            Ok(SendiOutcome::Sent)
+        }
+        fn send(
+            &mut self,
+            _: Rank,
+            _: u8,
+            _: &[u8],
+            _: &[u8],
+            _: u64,
+        ) -> Result<Completion, PluginError> {
+            Ok(Completion::Done)
+        }
+        fn progress(&mut self, _: &mut dyn EventSink) -> Result<usize, PluginError> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_and_poisons_the_module() {
+        let mut m = btl_module_box(Fragile { sends: 0 });
+        let h = RSlice::from_slice(b"");
+        assert!(m.sendi(0, 1, h, RSlice::from_slice(b"ok")).is_ok());
+        let e = m
+            .sendi(0, 1, h, RSlice::from_slice(b"boom"))
+            .into_result()
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PANICKED);
+        assert_eq!(e.message.as_str(), "sendi blew up");
+        let e = m.attributes().into_result().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::POISONED);
+        assert!(e.message.contains("sendi blew up"));
+    }
+
+    #[test]
+    fn add_peers_must_answer_every_peer() {
+        let mut m = btl_module_box(Fragile { sends: 0 });
+        let peers = [PeerAddress {
+            rank: 3,
+            node_local: false,
+            address: RSlice::from_slice(b""),
+        }];
+        let e = m
+            .add_peers(RSlice::from_slice(&peers))
+            .into_result()
+            .unwrap_err();
+        assert!(e.message.contains("0 entries for 1 peers"), "{e}");
+    }
+
+    #[test]
+    fn catch_panic_keeps_string_payloads() {
+        let r: RResult<(), PluginError> = catch_panic(|| panic!("{} {}", "formatted", 7));
+        assert_eq!(r.into_result().unwrap_err().message.as_str(), "formatted 7");
+    }
 }

@@ -1,1 +1,177 @@
-//! Shared helpers of the cross-crate tests.
+//! Shared helpers of the cross-crate tests: building the out-of-tree
+//! fixtures, finding the host binary, temporary directories.
+//!
+//! Fixtures are built with their own `cargo build` into
+//! `target/fixtures`, after the host and test binaries were built, so a
+//! test that loads them proves that a plugin built later is picked up
+//! without rebuilding the host.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// Root of the fireopal workspace.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Where fixture builds go (shared, so abi_stable compiles once).
+pub fn fixture_target_dir() -> PathBuf {
+    workspace_root().join("target").join("fixtures")
+}
+
+/// The fixture sources under `tests/fixtures`.
+pub fn fixture_source(name: &str) -> PathBuf {
+    workspace_root().join("tests").join("fixtures").join(name)
+}
+
+/// The `fireopal` binary of the build that runs this test
+/// (`target/<profile>/fireopal`; `cargo test --workspace` builds it).
+pub fn host_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // target/<profile>/deps/<test> -> target/<profile>/fireopal
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("test binary has no profile directory")?;
+    let bin = profile_dir.join("fireopal");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{} is missing: run the tests with `cargo test --workspace`",
+            bin.display()
+        ))
+    }
+}
+
+// Fixture builds share one target directory and output file names.
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Runs `cargo build` on the crate at `manifest_dir` with extra
+/// environment variables and returns `target/fixtures/debug`. Holds a
+/// process-wide lock: callers copy what they need before releasing it
+/// through the returned guard.
+pub fn build_fixture(
+    manifest_dir: &Path,
+    envs: &[(&str, &str)],
+) -> Result<(PathBuf, std::sync::MutexGuard<'static, ()>), String> {
+    let guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--quiet")
+        .arg("--manifest-path")
+        .arg(manifest_dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", fixture_target_dir())
+        // Variables of the outer cargo would leak into the fixture build.
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET_DIR");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "building {} failed:\n{}",
+            manifest_dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok((fixture_target_dir().join("debug"), guard))
+}
+
+/// Compiles C source into a shared library with the system C compiler.
+pub fn cc_shared(source: &str, output: &Path, link: &[&str]) -> Result<(), String> {
+    let dir = output.parent().ok_or("output has no directory")?;
+    let src = dir.join(format!(
+        "{}.c",
+        output.file_name().and_then(|n| n.to_str()).unwrap_or("lib")
+    ));
+    std::fs::write(&src, source).map_err(|e| e.to_string())?;
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(output)
+        .arg(&src)
+        .args(link)
+        .output()
+        .map_err(|e| format!("cannot run cc: {e}"))?;
+    let _ = std::fs::remove_file(&src);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates a fresh directory named after `tag` under the workspace's
+    /// `target/tmp`.
+    pub fn new(tag: &str) -> Result<Self, String> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = workspace_root()
+            .join("target")
+            .join("tmp")
+            .join(format!("{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Self(dir))
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Copies a directory tree (sources only: `target/` is skipped).
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == "target" {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            copy_tree(&path, &to.join(&name))?;
+        } else {
+            std::fs::copy(&path, to.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Replaces exactly one occurrence of `from` in the file at `path`; more
+/// or fewer is an error, so a fixture patch never silently stops applying.
+pub fn patch_once(path: &Path, from: &str, to: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let count = text.matches(from).count();
+    if count != 1 {
+        return Err(format!(
+            "{}: expected one occurrence of {from:?}, found {count}",
+            path.display()
+        ));
+    }
+    std::fs::write(path, text.replacen(from, to, 1)).map_err(|e| e.to_string())
+}

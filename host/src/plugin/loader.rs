@@ -64,9 +64,10 @@ impl fmt::Display for LoadError {
                 "incompatible interface version: plugin built against fireopal-abi {plugin}, \
                  this host uses {host}; rebuild the plugin against this host's fireopal-abi"
             ),
-            Self::IncompatibleInterface(lines) => {
-                write!(f, "incompatible interface: {lines}")
-            }
+            Self::IncompatibleInterface(lines) => write!(
+                f,
+                "incompatible interface (plugin built against different fireopal-abi types): {lines}"
+            ),
             Self::NameMismatch { file, inside } => write!(
                 f,
                 "component calls itself {inside:?} but the file name says {file:?}"
@@ -127,22 +128,35 @@ pub(crate) fn init_root(
 }
 
 /// Only the `Error:` lines of abi_stable's layout report, which otherwise
-/// runs to hundreds of lines of type dumps.
+/// runs to hundreds of lines of type dumps; a short expected/found pair
+/// right after an error line is kept with it.
 fn error_lines(report: &str) -> String {
-    let lines: Vec<&str> = report
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("Error:"))
-        .collect();
-    if lines.is_empty() {
-        report
-            .lines()
-            .map(str::trim)
+    const SHORT: usize = 60;
+    let lines: Vec<&str> = report.lines().map(str::trim).collect();
+    let mut out: Vec<String> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(what) = line.strip_prefix("Error:") else {
+            continue;
+        };
+        let mut entry = format!("Error: {}", what.trim());
+        if let [e, exp, f, found, ..] = lines.get(i + 1..).unwrap_or(&[]) {
+            if *e == "Expected:" && *f == "Found:" && exp.len() <= SHORT && found.len() <= SHORT {
+                entry.push_str(&format!(" (expected {exp}, found {found})"));
+            }
+        }
+        if !out.contains(&entry) {
+            out.push(entry);
+        }
+    }
+    if out.is_empty() {
+        lines
+            .iter()
             .find(|l| !l.is_empty())
+            .copied()
             .unwrap_or("")
             .to_owned()
     } else {
-        lines.join("; ")
+        out.join("; ")
     }
 }
 
