@@ -22,6 +22,8 @@ struct Fixtures {
     good: PathBuf,
     /// One plugin file per way of being broken.
     broken: PathBuf,
+    /// memheap components first (priority 20) and second (40).
+    memheap: PathBuf,
 }
 
 const LOOP_LIB: &str = "libfixture_btl_loop.so";
@@ -71,7 +73,8 @@ fn build_fixtures() -> Result<Fixtures, String> {
         .join(std::process::id().to_string());
     let good = base.join("good");
     let broken = base.join("broken");
-    for d in [&good, &broken] {
+    let memheap = base.join("memheap");
+    for d in [&good, &broken, &memheap] {
         let _ = std::fs::remove_dir_all(d);
         std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
     }
@@ -143,7 +146,24 @@ fn build_fixtures() -> Result<Fixtures, String> {
     )?;
     // Built against an older interface generation.
     build_against_modified_abi("old", "0.0.9", &[], &broken.join("libfireopal_btl_old.so"))?;
-    Ok(Fixtures { good, broken })
+    let list = fixture_source("memheap-list");
+    for (name, prio) in [("first", "20"), ("second", "40")] {
+        let (dir, _guard) =
+            build_fixture(&list, &[("FIXTURE_NAME", name), ("FIXTURE_PRIORITY", prio)])?;
+        let lib = dir.join("libfixture_memheap_list.so");
+        std::fs::copy(&lib, memheap.join(format!("libfireopal_memheap_{name}.so")))
+            .map_err(|e| e.to_string())?;
+        if name == "first" {
+            // A memheap library installed under the btl framework.
+            std::fs::copy(&lib, broken.join("libfireopal_btl_first.so"))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(Fixtures {
+        good,
+        broken,
+        memheap,
+    })
 }
 
 fn fixtures() -> &'static Fixtures {
@@ -418,6 +438,10 @@ fn every_broken_plugin_is_reported_and_the_rest_still_work() {
         }
         other => panic!("old: {other}"),
     }
+    assert!(matches!(
+        not_loaded("first"),
+        LoadError::IncompatibleInterface(_)
+    ));
     assert_eq!(
         not_loaded("renamed"),
         LoadError::NameMismatch {
@@ -552,4 +576,51 @@ fn a_no_std_binary_links_fireopal_core() {
         .expect("run the no_std binary");
     assert!(out.status.success());
     assert_eq!(out.stdout, b"ok\n");
+}
+
+#[test]
+fn memheap_selects_one_component_and_the_module_works() {
+    use fireopal_abi::memheap::Segment;
+    let f = fixtures();
+    let r = discover(&[&f.memheap], &[], &[]);
+    assert!(r.errors().is_empty(), "{:?}", r.errors());
+    let selected: Vec<&str> = r
+        .components()
+        .iter()
+        .filter(|c| c.framework() == Framework::Memheap && c.is_selected())
+        .map(|c| c.name())
+        .collect();
+    assert_eq!(selected, ["second"]);
+    assert_eq!(status_of(&r, "first"), &Status::Available { priority: 20 });
+
+    let r = discover(&[&f.memheap], &[("FIREOPAL_MEMHEAP", "first")], &[]);
+    assert_eq!(r.selected_memheap().map(|c| c.name()), Some("first"));
+    let r = discover(&[&f.memheap], &[], &[("memheap_first_priority", "99")]);
+    assert_eq!(r.selected_memheap().map(|c| c.name()), Some("first"));
+
+    let (component, mut heap) = r.open_memheap().expect("open memheap");
+    assert_eq!(component.name(), "first");
+    let mut segment = vec![0u8; 1 << 16].into_boxed_slice();
+    // SAFETY: `segment` outlives `heap`'s use below and is not touched
+    // except through offsets the module hands out.
+    let seg = unsafe { Segment::new(segment.as_mut_ptr(), segment.len() as u64) };
+    heap.init(seg).unwrap();
+    let a = heap.alloc(100, 64).unwrap();
+    assert_eq!(a % 64, 0);
+    let a_us = a as usize;
+    segment[a_us..a_us + 100].copy_from_slice(&[7u8; 100]);
+    let b = heap.realloc(a, 4000).unwrap();
+    let b_us = b as usize;
+    assert!(segment[b_us..b_us + 100].iter().all(|&x| x == 7));
+    assert_eq!(
+        heap.free(a).into_result().unwrap_err().kind,
+        ErrorKind::INVALID_ARGUMENT
+    );
+    assert_eq!(
+        heap.alloc(1 << 20, 8).into_result().unwrap_err().kind,
+        ErrorKind::RESOURCE_EXHAUSTED
+    );
+    heap.free(b).unwrap();
+    let stats = heap.stats().unwrap();
+    assert_eq!((stats.live_allocations, stats.free_bytes), (0, 1 << 16));
 }
