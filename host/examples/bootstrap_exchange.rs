@@ -109,6 +109,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         Some("kill") => {
             if me == arg(1)? {
+                println!("rank {me} kills itself");
                 kill_self();
             }
             boot.fence().map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
@@ -16,17 +16,31 @@ use std::time::{Duration, Instant};
 
 const FIREOPAL: &str = env!("CARGO_BIN_EXE_fireopal");
 
+/// Whether the example at `path` is missing or older than what it is built
+/// from (the library, which `bin` also links, or its own source).
+fn is_stale(path: &Path, bin: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bootstrap_exchange.rs");
+    match modified(path) {
+        None => true,
+        Some(built) => [modified(bin), modified(&source)]
+            .into_iter()
+            .flatten()
+            .any(|input| input > built),
+    }
+}
+
 /// The example program, in the `examples` directory beside the `fireopal`
 /// binary. Plain `cargo test` builds it; when a narrower command (`cargo
-/// test --test bootstrap`) did not, it is built here once, with the cargo
-/// that built this test.
+/// test --test bootstrap`) did not, or left it stale, it is built here
+/// once, with the cargo that built this test.
 fn example() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
         let bin = PathBuf::from(FIREOPAL);
         let dir = bin.parent().ok_or("fireopal binary has no directory")?;
         let path = dir.join("examples").join("bootstrap_exchange");
-        if path.exists() {
+        if !is_stale(&path, &bin) {
             return Ok(path);
         }
         let mut cargo = Command::new(env!("CARGO"));
@@ -176,8 +190,17 @@ impl Running {
     }
 
     /// Waits for the end, within `limit` of the start.
-    fn finish(mut self, limit: Duration) -> (ExitStatus, Vec<String>, String) {
+    fn finish(self, limit: Duration) -> (ExitStatus, Vec<String>, String) {
         let deadline = self.started + limit;
+        self.finish_by(deadline, limit)
+    }
+
+    /// Waits for the end until `deadline` (`limit` is for the message).
+    fn finish_by(
+        mut self,
+        deadline: Instant,
+        limit: Duration,
+    ) -> (ExitStatus, Vec<String>, String) {
         let status = loop {
             match self.child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -256,8 +279,12 @@ fn rank_killed_by_sigkill_ends_the_job_within_5_s() {
     let ex = example();
     let mut cmd = fireopal_run(&["-n", "4", "--"]);
     cmd.arg(&ex).args(["kill", "1"]);
-    // The other ranks are blocked in a fence when rank 1 dies.
-    let (status, _, stderr) = Running::start(&mut cmd).finish(Duration::from_secs(5));
+    // The other ranks are blocked in a fence when rank 1 dies; the clock
+    // starts when rank 1 says it is about to kill itself.
+    let mut job = Running::start(&mut cmd);
+    job.wait_line("rank 1 kills itself", LIMIT);
+    let limit = Duration::from_secs(5);
+    let (status, _, stderr) = job.finish_by(Instant::now() + limit, limit);
     assert!(!status.success());
     assert_eq!(status.code(), Some(128 + libc::SIGKILL), "{stderr}");
     assert!(
@@ -283,8 +310,8 @@ fn sigint_to_the_launcher_stops_and_reaps_every_rank() {
     assert_eq!(descendants(launcher).len(), 3);
     let sent = Instant::now();
     kill(launcher, libc::SIGINT);
-    let limit = job.started.elapsed() + Duration::from_secs(5);
-    let (status, _, stderr) = job.finish(limit);
+    let limit = Duration::from_secs(5);
+    let (status, _, stderr) = job.finish_by(sent + limit, limit);
     assert!(sent.elapsed() < Duration::from_secs(5));
     assert_eq!(status.code(), Some(128 + libc::SIGINT), "{stderr}");
     assert!(stderr.contains("caught SIGINT"), "{stderr}");
