@@ -49,6 +49,7 @@ impl PmiClient {
 
         let init = Message::new("init", &[("pmi_version", "1"), ("pmi_subversion", "1")]);
         let reply = client.call("init", &init, "response_to_init").map_err(w)?;
+        check_rc("init", &reply).map_err(w)?;
         let version = reply
             .required_int("pmi_version")
             .map_err(|e| malformed("init", &e))

@@ -133,6 +133,22 @@ fn malformed_reply_is_an_error() {
 
     let err = init_error(|s| {
         s.expect("cmd=init");
+        s.send("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=-1\n");
+    });
+    assert!(
+        matches!(
+            err,
+            InitError::Wire(WireError::Rejected {
+                during: "init",
+                rc: -1,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+
+    let err = init_error(|s| {
+        s.expect("cmd=init");
         s.send("cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n");
     });
     assert!(err.to_string().contains("PMI version 2"), "{err}");
