@@ -13,7 +13,8 @@ const USAGE: &str = "usage: fireopal <command> [args]
 
 commands:
   info [--json] [--param name=value]...   components, their status, and every parameter
-  run -n N [--param k=v]... -- prog args  start a job of N local processes
+  run -n N [--param k=v]... [--tag-output] -- prog args
+                                          start a job of N local processes
 ";
 
 /// Entry point of the `fireopal` binary; `args` excludes the program name.

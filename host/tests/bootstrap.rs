@@ -1,0 +1,431 @@
+//! `fireopal run` and the PMI-1 client, end to end: the example program
+//! `bootstrap_exchange` (built by `cargo test` into target/<profile>/examples)
+//! runs under `fireopal run`, under MPICH's Hydra, and alone.
+//!
+//! Every launch has a time limit enforced here; on expiry the launcher and
+//! everything it started are killed before the test fails.
+#![allow(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+const FIREOPAL: &str = env!("CARGO_BIN_EXE_fireopal");
+
+/// Whether the example at `path` is missing or older than what it is built
+/// from (the library, which `bin` also links, or its own source).
+fn is_stale(path: &Path, bin: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bootstrap_exchange.rs");
+    match modified(path) {
+        None => true,
+        Some(built) => [modified(bin), modified(&source)]
+            .into_iter()
+            .flatten()
+            .any(|input| input > built),
+    }
+}
+
+/// The example program, in the `examples` directory beside the `fireopal`
+/// binary. Plain `cargo test` builds it; when a narrower command (`cargo
+/// test --test bootstrap`) did not, or left it stale, it is built here
+/// once, with the cargo that built this test.
+fn example() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let bin = PathBuf::from(FIREOPAL);
+        let dir = bin.parent().ok_or("fireopal binary has no directory")?;
+        let path = dir.join("examples").join("bootstrap_exchange");
+        if !is_stale(&path, &bin) {
+            return Ok(path);
+        }
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-p", "fireopal", "--example", "bootstrap_exchange"]);
+        // The profile directory's name says how this test was built.
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cargo.arg("--release");
+        }
+        let status = cargo
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if status.success() && path.exists() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "{} is missing and `cargo build --example bootstrap_exchange` failed ({status})",
+                path.display()
+            ))
+        }
+    });
+    match built {
+        Ok(path) => path.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A launched command whose output is collected by threads.
+struct Running {
+    child: Child,
+    lines: Receiver<String>,
+    stdout_seen: Vec<String>,
+    stdout: Option<JoinHandle<()>>,
+    stderr: Option<JoinHandle<String>>,
+    started: Instant,
+}
+
+/// Sends SIGKILL to `pid` (no-op if it is gone).
+fn kill(pid: u32, signal: i32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+/// Every live descendant of `root`, from /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The fields after the parenthesised command name: state, ppid.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while let Some(&p) = found.get(i) {
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+impl Running {
+    fn start(cmd: &mut Command) -> Running {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let out = child.stdout.take().expect("stdout");
+        let mut err = child.stderr.take().expect("stderr");
+        let (tx, lines) = mpsc::channel();
+        let stdout = thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Running {
+            child,
+            lines,
+            stdout_seen: Vec::new(),
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            started: Instant::now(),
+        }
+    }
+
+    /// Kills the launcher and everything under it, reaps the launcher, and
+    /// fails the test.
+    fn abandon(&mut self, why: &str) -> ! {
+        let pid = self.child.id();
+        for p in descendants(pid) {
+            kill(p, libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let stderr = self.stderr.take().map(|h| h.join().unwrap_or_default());
+        panic!(
+            "{why} after {:?}; stdout so far: {:?}; stderr: {}",
+            self.started.elapsed(),
+            self.stdout_seen,
+            stderr.unwrap_or_default()
+        );
+    }
+
+    /// Waits for a stdout line containing `needle`.
+    fn wait_line(&mut self, needle: &str, limit: Duration) -> String {
+        let deadline = self.started + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.stdout_seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.abandon(&format!("no output line with {needle:?}"))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.abandon(&format!("output ended without {needle:?}"))
+                }
+            }
+        }
+    }
+
+    /// Waits for the end, within `limit` of the start.
+    fn finish(self, limit: Duration) -> (ExitStatus, Vec<String>, String) {
+        let deadline = self.started + limit;
+        self.finish_by(deadline, limit)
+    }
+
+    /// Waits for the end until `deadline` (`limit` is for the message).
+    fn finish_by(
+        mut self,
+        deadline: Instant,
+        limit: Duration,
+    ) -> (ExitStatus, Vec<String>, String) {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                Ok(None) => self.abandon(&format!("did not finish within {limit:?}")),
+                Err(e) => self.abandon(&format!("wait failed: {e}")),
+            }
+        };
+        if let Some(h) = self.stdout.take() {
+            let _ = h.join();
+        }
+        self.stdout_seen.extend(self.lines.try_iter());
+        let stderr = self.stderr.take().map(|h| h.join().unwrap_or_default());
+        (status, self.stdout_seen, stderr.unwrap_or_default())
+    }
+}
+
+fn fireopal_run(args: &[&str]) -> Command {
+    let mut cmd = Command::new(FIREOPAL);
+    cmd.arg("run").args(args);
+    // An enclosing launcher's variables must not leak into the test.
+    for var in ["PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "PMI_ID"] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn assert_exchange_output(stdout: &[String], size: u32) {
+    for rank in 0..size {
+        let want =
+            format!("rank {rank} of {size}: checked {size} peers (local rank {rank} of {size})");
+        assert!(stdout.contains(&want), "missing {want:?} in {stdout:?}");
+    }
+    assert_eq!(stdout.len(), size as usize, "{stdout:?}");
+}
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn four_ranks_exchange_under_fireopal_run() {
+    let ex = example();
+    let mut cmd = fireopal_run(&["-n", "4", "--"]);
+    cmd.arg(&ex);
+    let (status, stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert!(status.success(), "{status}: {stderr}");
+    assert_exchange_output(&stdout, 4);
+}
+
+#[test]
+fn singleton_without_launcher() {
+    let mut cmd = Command::new(example());
+    for var in ["PMI_FD", "PMI_RANK", "PMI_SIZE"] {
+        cmd.env_remove(var);
+    }
+    let (status, stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert!(status.success(), "{status}: {stderr}");
+    assert_exchange_output(&stdout, 1);
+}
+
+#[test]
+fn rank_exiting_with_3_fails_the_job_naming_it() {
+    let ex = example();
+    let mut cmd = fireopal_run(&["-n", "4", "--"]);
+    cmd.arg(&ex).args(["exit", "2", "3"]);
+    let (status, _, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("fireopal run: job failed: rank 2 exited with code 3"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn rank_killed_by_sigkill_ends_the_job_within_5_s() {
+    let ex = example();
+    let mut cmd = fireopal_run(&["-n", "4", "--"]);
+    cmd.arg(&ex).args(["kill", "1"]);
+    // The other ranks are blocked in a fence when rank 1 dies; the clock
+    // starts when rank 1 says it is about to kill itself.
+    let mut job = Running::start(&mut cmd);
+    job.wait_line("rank 1 kills itself", LIMIT);
+    let limit = Duration::from_secs(5);
+    let (status, _, stderr) = job.finish_by(Instant::now() + limit, limit);
+    assert!(!status.success());
+    assert_eq!(status.code(), Some(128 + libc::SIGKILL), "{stderr}");
+    assert!(
+        stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigint_to_the_launcher_stops_and_reaps_every_rank() {
+    let ex = example();
+    let mut cmd = fireopal_run(&["-n", "3", "--"]);
+    // Ranks that ignore SIGTERM make the launcher escalate to SIGKILL.
+    cmd.arg(&ex).args(["hang", "ignore-term"]);
+    let mut job = Running::start(&mut cmd);
+    let mut pids = Vec::new();
+    for _ in 0..3 {
+        let line = job.wait_line(" pid ", LIMIT);
+        let pid = line.rsplit(' ').next().and_then(|p| p.parse::<u32>().ok());
+        pids.push(pid.expect("pid in line"));
+    }
+    let launcher = job.child.id();
+    assert_eq!(descendants(launcher).len(), 3);
+    let sent = Instant::now();
+    kill(launcher, libc::SIGINT);
+    let limit = Duration::from_secs(5);
+    let (status, _, stderr) = job.finish_by(sent + limit, limit);
+    assert!(sent.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{stderr}");
+    assert!(stderr.contains("caught SIGINT"), "{stderr}");
+    assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+    for pid in pids {
+        // Reaped by the launcher: not even a zombie is left.
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "rank pid {pid} still exists"
+        );
+    }
+}
+
+#[test]
+fn params_become_environment_and_output_is_tagged() {
+    let mut cmd = fireopal_run(&[
+        "-n",
+        "2",
+        "--param",
+        "btl_tcp_eager_limit=4096",
+        "--param=btl=^tcp",
+        "--tag-output",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$FIREOPAL_BTL_TCP_EAGER_LIMIT $FIREOPAL_BTL $PMI_SIZE\"; echo oops >&2; printf partial",
+    ]);
+    let (status, mut stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert!(status.success(), "{status}: {stderr}");
+    stdout.sort();
+    assert_eq!(
+        stdout,
+        [
+            "[0] 4096 ^tcp 2",
+            "[0] partial",
+            "[1] 4096 ^tcp 2",
+            "[1] partial"
+        ]
+    );
+    let mut err: Vec<&str> = stderr.lines().collect();
+    err.sort_unstable();
+    assert_eq!(err, ["[0] oops", "[1] oops"]);
+}
+
+#[test]
+fn bad_command_lines_are_clear_errors() {
+    for (args, needle) in [
+        (
+            &["-n", "2", "--param", "eager", "--", "true"][..],
+            "malformed --param \"eager\": expected name=value",
+        ),
+        (
+            &["-n", "2", "--param", "Eager-Limit=1", "--", "true"][..],
+            "malformed --param",
+        ),
+        (&["-n", "0", "--", "true"][..], "-n \"0\""),
+        (&["--", "true"][..], "missing -n N"),
+        (&["-n", "2"][..], "missing the program"),
+    ] {
+        let (status, _, stderr) = Running::start(&mut fireopal_run(args)).finish(LIMIT);
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    let (status, _, stderr) = Running::start(&mut fireopal_run(&[
+        "-n",
+        "2",
+        "--",
+        "/nonexistent/program",
+    ]))
+    .finish(LIMIT);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot start rank 0 (/nonexistent/program)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn rank_leaving_while_others_fence_is_reported() {
+    // Rank 1 runs a program that never joins the exchange and exits 0: the
+    // others, in a fence, are released with an error instead of hanging.
+    let ex = example();
+    let script = format!(
+        "if [ \"$PMI_RANK\" = 1 ]; then exit 0; else exec {} fence; fi",
+        ex.display()
+    );
+    let mut cmd = fireopal_run(&["-n", "3", "--", "sh", "-c", &script]);
+    let (status, _, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("rank_1_left_the_job"), "{stderr}");
+    assert!(stderr.contains("job failed: rank "), "{stderr}");
+}
+
+#[test]
+fn four_ranks_exchange_under_hydra() {
+    let required = std::env::var("FIREOPAL_REQUIRE_MPICH").as_deref() == Ok("1");
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("mpiexec.hydra").is_file()))
+        .unwrap_or(false);
+    if !found {
+        assert!(
+            !required,
+            "mpiexec.hydra not found and FIREOPAL_REQUIRE_MPICH=1 (install Debian's mpich)"
+        );
+        eprintln!("skipped: mpiexec.hydra not found (install Debian's mpich to run this test)");
+        return;
+    }
+    let mut cmd = Command::new("mpiexec.hydra");
+    cmd.args(["-n", "4"]).arg(example());
+    for var in ["PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "PMI_ID"] {
+        cmd.env_remove(var);
+    }
+    let (status, stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert!(status.success(), "{status}: {stderr}");
+    assert_exchange_output(&stdout, 4);
+}
