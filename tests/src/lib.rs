@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Root of the fireopal workspace.
 pub fn workspace_root() -> PathBuf {
@@ -29,23 +29,41 @@ pub fn fixture_source(name: &str) -> PathBuf {
 }
 
 /// The `fireopal` binary of the build that runs this test
-/// (`target/<profile>/fireopal`; `cargo test --workspace` builds it).
+/// (`target/<profile>/fireopal`), built first if missing or stale: cargo
+/// builds another package's binaries only for that package's own tests.
 pub fn host_binary() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    // target/<profile>/deps/<test> -> target/<profile>/fireopal
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("test binary has no profile directory")?;
-    let bin = profile_dir.join("fireopal");
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!(
-            "{} is missing: run the tests with `cargo test --workspace`",
-            bin.display()
-        ))
-    }
+    static HOST: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        // target/<profile>/deps/<test> -> target/<profile>
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .ok_or("test binary has no profile directory")?;
+        let target_dir = profile_dir.parent().ok_or("no target directory")?;
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "--quiet", "-p", "fireopal", "--bin", "fireopal"])
+            .arg("--manifest-path")
+            .arg(workspace_root().join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", target_dir);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "building the fireopal binary failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let bin = profile_dir.join("fireopal");
+        if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!("{} is missing after the build", bin.display()))
+        }
+    })
+    .clone()
 }
 
 // Fixture builds share one target directory and output file names.

@@ -68,6 +68,8 @@ fn build_against_modified_abi(
 }
 
 fn build_fixtures() -> Result<Fixtures, String> {
+    // The host comes first: the plugins below are built after it.
+    host_binary()?;
     let base = fixture_target_dir()
         .join("dirs")
         .join(std::process::id().to_string());
