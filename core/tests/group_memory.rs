@@ -56,7 +56,8 @@ fn every_other(w: &Group) -> Group {
 }
 
 fn first_half(w: &Group) -> Group {
-    w.range_incl(&[RankRange::new(0, w.size() / 2 - 1, 1)]).unwrap()
+    w.range_incl(&[RankRange::new(0, w.size() / 2 - 1, 1)])
+        .unwrap()
 }
 
 fn random_one_percent(w: &Group) -> Group {
@@ -64,7 +65,8 @@ fn random_one_percent(w: &Group) -> Group {
 }
 
 fn reversed(w: &Group) -> Group {
-    w.range_incl(&[RankRange::new(w.size() - 1, 0, -1)]).unwrap()
+    w.range_incl(&[RankRange::new(w.size() - 1, 0, -1)])
+        .unwrap()
 }
 
 fn random_half(w: &Group) -> Group {
@@ -183,11 +185,20 @@ fn stride_is_constant_and_ranges_follow_runs_not_members() {
     }
     // Ranges: one run costs the same at any size; blocks cost per block.
     let ranges = StoragePolicy::Ranges;
-    assert_eq!(first_half(&big.with_policy(ranges)).memory_bytes(), header + 8);
-    assert_eq!(reversed(&big.with_policy(ranges)).memory_bytes(), header + 12);
+    assert_eq!(
+        first_half(&big.with_policy(ranges)).memory_bytes(),
+        header + 8
+    );
+    assert_eq!(
+        reversed(&big.with_policy(ranges)).memory_bytes(),
+        header + 12
+    );
     let blocks_big = blocks_of_64(&big.with_policy(ranges));
     let blocks_small = blocks_of_64(&small.with_policy(ranges));
-    assert_eq!(blocks_big.memory_bytes(), header + 8 * (WORLD as usize).div_ceil(128));
+    assert_eq!(
+        blocks_big.memory_bytes(),
+        header + 8 * (WORLD as usize).div_ceil(128)
+    );
     assert_eq!(blocks_small.memory_bytes(), header + 8 * 8);
     // O(runs), far below a table of the members.
     assert!(blocks_big.memory_bytes() * 30 < 4 * blocks_big.size() as usize);

@@ -8,7 +8,9 @@ use fireopal_core::group::{
 
 /// World ranks of all members, in group order.
 fn members(g: &Group) -> Vec<u32> {
-    (0..g.size()).map(|r| g.lookup(r).expect("rank < size")).collect()
+    (0..g.size())
+        .map(|r| g.lookup(r).expect("rank < size"))
+        .collect()
 }
 
 /// Checks `rank_of` over the whole world against the member list.
@@ -143,8 +145,8 @@ fn range_incl_expands_triplets_in_order() {
     let w = world(30);
     let g = w
         .range_incl(&[
-            RankRange::new(0, 9, 4),   // 0 4 8
-            RankRange::new(20, 20, 3), // 20
+            RankRange::new(0, 9, 4),    // 0 4 8
+            RankRange::new(20, 20, 3),  // 20
             RankRange::new(15, 11, -2), // 15 13 11
         ])
         .unwrap();
@@ -303,7 +305,10 @@ fn intersection_keeps_the_first_group_order() {
     assert_eq!(members(&b.intersection(&a).unwrap()), [7, 3]);
     let disjoint = w.incl(&[0, 2]).unwrap();
     assert_eq!(a.intersection(&disjoint).unwrap().size(), 0);
-    assert_eq!(a.intersection(&w).unwrap().compare(&a), Comparison::Identical);
+    assert_eq!(
+        a.intersection(&w).unwrap().compare(&a),
+        Comparison::Identical
+    );
 }
 
 #[test]
@@ -318,7 +323,10 @@ fn difference_keeps_the_first_group_order() {
     assert_eq!(a.difference(&a).unwrap().size(), 0);
     assert_eq!(a.difference(&w).unwrap().size(), 0);
     let empty = w.incl(&[]).unwrap();
-    assert_eq!(a.difference(&empty).unwrap().compare(&a), Comparison::Identical);
+    assert_eq!(
+        a.difference(&empty).unwrap().compare(&a),
+        Comparison::Identical
+    );
 }
 
 #[test]
@@ -357,10 +365,7 @@ fn translate_ranks_maps_proc_null_and_non_members() {
     assert!(a.translate_ranks(&[UNDEFINED], &b).is_err());
     assert_eq!(
         a.translate_ranks(&[0], &world(3)).unwrap_err(),
-        TranslateError::DifferentWorlds {
-            left: 10,
-            right: 3
-        }
+        TranslateError::DifferentWorlds { left: 10, right: 3 }
     );
     let to_world = a.translate_ranks(&[0, 1, 2, 3], &w).unwrap();
     assert_eq!(to_world, [4, 8, 2, 6]);
@@ -373,7 +378,10 @@ fn compare_tells_identical_similar_and_unequal() {
     assert_eq!(a.compare(&a.clone()), Comparison::Identical);
     // Built separately, stored differently, still identical.
     let a2 = w.range_incl(&[RankRange::new(1, 3, 1)]).unwrap();
-    let a3 = w.with_policy(StoragePolicy::Dense).incl(&[1, 2, 3]).unwrap();
+    let a3 = w
+        .with_policy(StoragePolicy::Dense)
+        .incl(&[1, 2, 3])
+        .unwrap();
     assert_eq!(a3.representation(), Representation::Dense);
     assert_eq!(a.compare(&a2), Comparison::Identical);
     assert_eq!(a2.compare(&a3), Comparison::Identical);
@@ -387,7 +395,10 @@ fn compare_tells_identical_similar_and_unequal() {
     assert_eq!(e1.compare(&a), Comparison::Unequal);
     assert_eq!(a.compare(&e1), Comparison::Unequal);
     assert_eq!(
-        world(5).incl(&[]).unwrap().compare(&world(6).incl(&[]).unwrap()),
+        world(5)
+            .incl(&[])
+            .unwrap()
+            .compare(&world(6).incl(&[]).unwrap()),
         Comparison::Unequal
     );
 }
@@ -424,7 +435,9 @@ fn representation_follows_the_member_pattern() {
         }
     }
     // Subgroups of a sparse group may stay relative to it.
-    let inner = bitmap.incl(&(0..bitmap.size()).step_by(2).collect::<Vec<_>>()).unwrap();
+    let inner = bitmap
+        .incl(&(0..bitmap.size()).step_by(2).collect::<Vec<_>>())
+        .unwrap();
     assert_eq!(inner.representation(), Representation::Stride);
     assert_eq!(inner.depth(), 2);
     assert_eq!(inner.lookup(1), bitmap.lookup(2));
@@ -449,12 +462,21 @@ fn forced_policies_apply_where_they_can() {
         assert_eq!(g.rank_of(20), None);
     }
     // A bitmap cannot hold a reversed order: the automatic choice is used.
-    let g = w.with_policy(StoragePolicy::Bitmap).range_incl(&reversed).unwrap();
+    let g = w
+        .with_policy(StoragePolicy::Bitmap)
+        .range_incl(&reversed)
+        .unwrap();
     assert_eq!(g.representation(), Representation::Stride);
     // Nor can a stride hold an irregular list.
-    let g = w.with_policy(StoragePolicy::Stride).incl(&[1, 2, 4, 8]).unwrap();
+    let g = w
+        .with_policy(StoragePolicy::Stride)
+        .incl(&[1, 2, 4, 8])
+        .unwrap();
     assert_eq!(g.representation(), Representation::Dense);
-    let g = w.with_policy(StoragePolicy::Ranges).range_incl(&reversed).unwrap();
+    let g = w
+        .with_policy(StoragePolicy::Ranges)
+        .range_incl(&reversed)
+        .unwrap();
     assert_eq!(g.representation(), Representation::Ranges);
     check_rank_of(&g);
 }

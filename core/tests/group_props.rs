@@ -238,12 +238,21 @@ fn check(g: &Group, model: &[u32], policy: StoragePolicy) -> Result<(), TestCase
     };
     if let Some(kind) = forced {
         let r = g.representation();
-        prop_assert!(r == kind || r == Representation::World, "{:?} under {:?}", g, policy);
+        prop_assert!(
+            r == kind || r == Representation::World,
+            "{:?} under {:?}",
+            g,
+            policy
+        );
     }
     Ok(())
 }
 
-fn run_chain(world_size: u32, policy: StoragePolicy, ops: &[(Op, u64)]) -> Result<(), TestCaseError> {
+fn run_chain(
+    world_size: u32,
+    policy: StoragePolicy,
+    ops: &[(Op, u64)],
+) -> Result<(), TestCaseError> {
     let world = Group::world(world_size).unwrap().with_policy(policy);
     let mut pool: Vec<(Group, Vec<u32>)> = vec![(world, (0..world_size).collect())];
     for &(op, seed) in ops {
@@ -302,12 +311,20 @@ fn run_chain(world_size: u32, policy: StoragePolicy, ops: &[(Op, u64)]) -> Resul
             }
             Op::Intersection => {
                 let theirs = marks(world_size, &other);
-                let expected = model.iter().copied().filter(|&w| theirs[w as usize]).collect();
+                let expected = model
+                    .iter()
+                    .copied()
+                    .filter(|&w| theirs[w as usize])
+                    .collect();
                 (g.intersection(&h).unwrap(), expected)
             }
             Op::Difference => {
                 let theirs = marks(world_size, &other);
-                let expected = model.iter().copied().filter(|&w| !theirs[w as usize]).collect();
+                let expected = model
+                    .iter()
+                    .copied()
+                    .filter(|&w| !theirs[w as usize])
+                    .collect();
                 (g.difference(&h).unwrap(), expected)
             }
             Op::BadIncl => {

@@ -2,13 +2,17 @@
 //! constant time and no bit-by-bit scans.
 //!
 //! Layout (in the spirit of Vigna's rank9): bits are cut into blocks of 512
-//! (eight words). Per block a `u32` counts the members before the block and
-//! a `u64` packs seven 9-bit counts of the members before words 1..=7 of the
-//! block. Rank is two table reads and one popcount. Select reads a sample
-//! (the block of every 512th member), binary-searches the block counts
-//! between two samples (a span of one to a few blocks unless the bitmap is
-//! sparse), picks the word from the packed counts with seven comparisons and
-//! selects inside the word with byte popcounts and a 2 KiB table.
+//! (eight words). Each block stores, next to its words, the members before
+//! it and seven packed 9-bit counts of the members before words 1..=7 of
+//! the block, so one block fetch (80 bytes) answers both queries.
+//!
+//! - Rank: the two counts plus one popcount.
+//! - Select: a sample gives the block of every `2^s`-th member, `2^s`
+//!   being about the members of one block (16 to 256), so the answer is
+//!   nearly always in that block or the next: one branch-free step, then
+//!   more steps (or a binary search over long spans, in clumpy bitmaps).
+//!   A branch-free three-step search over the packed counts finds the word,
+//!   and byte popcounts plus a 2 KiB table the bit inside it.
 
 use alloc::boxed::Box;
 use alloc::vec;
@@ -17,8 +21,12 @@ use alloc::vec::Vec;
 const WORD_BITS: usize = 64;
 const BLOCK_WORDS: usize = 8;
 const BLOCK_BITS: usize = WORD_BITS * BLOCK_WORDS;
-/// One select sample per this many members.
-const SAMPLE_EVERY: usize = 512;
+/// Select samples are taken every `2^shift` members, with `shift` in this
+/// range (see [`sample_shift`]).
+const SAMPLE_SHIFTS: (u32, u32) = (4, 8);
+/// Sample spans up to this many blocks are stepped through, longer ones
+/// binary-searched.
+const LINEAR_SPAN: usize = 8;
 /// Width of one packed in-block count.
 const FIELD_BITS: usize = 9;
 const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
@@ -27,90 +35,112 @@ const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
 /// the formula the representation choice uses, equal to what
 /// [`Bitmap::heap_bytes`] reports once built.
 pub(super) const fn heap_bytes(len: usize, ones: usize) -> usize {
-    let blocks = len.div_ceil(BLOCK_BITS);
-    // Words, block counts (u32), packed word counts (u64), select samples.
-    blocks * (BLOCK_WORDS * 8 + 4 + 8) + 4 * (ones.div_ceil(SAMPLE_EVERY) + 1)
+    len.div_ceil(BLOCK_BITS) * core::mem::size_of::<Block>()
+        + 4 * (ones.div_ceil(1 << sample_shift(len, ones)) + 1)
+}
+
+/// Log2 of the members between select samples: about the members of one
+/// block, so that two samples are rarely more than a block apart. Sparse
+/// bitmaps (rarely chosen below 1/27 density, where dense is smaller) get
+/// denser samples, dense ones sparser samples.
+const fn sample_shift(len: usize, ones: usize) -> u32 {
+    let len = if len == 0 { 1 } else { len };
+    let per_block = ones.saturating_mul(BLOCK_BITS) / len;
+    let log = if per_block == 0 {
+        0
+    } else {
+        usize::BITS - 1 - per_block.leading_zeros()
+    };
+    if log < SAMPLE_SHIFTS.0 {
+        SAMPLE_SHIFTS.0
+    } else if log > SAMPLE_SHIFTS.1 {
+        SAMPLE_SHIFTS.1
+    } else {
+        log
+    }
+}
+
+/// 512 bits with their counts.
+#[derive(Clone, Copy, Default)]
+struct Block {
+    /// Members before this block.
+    before: u64,
+    /// Members before word `k` (k = 1..=7) in bits `9(k-1)..9k`.
+    counts: u64,
+    words: [u64; BLOCK_WORDS],
 }
 
 /// Set bits over `0..len` with rank/select indexes.
 pub(super) struct Bitmap {
     /// The bits, padded with zeros to whole blocks.
-    words: Box<[u64]>,
-    /// Members before each block.
-    block_before: Box<[u32]>,
-    /// Per block: members before word `k` (k = 1..=7) in bits `9(k-1)..9k`.
-    word_before: Box<[u64]>,
-    /// Block holding member `j * SAMPLE_EVERY`, then the last block.
+    blocks: Box<[Block]>,
+    /// Block holding member `j << sample_shift`, then the last block.
     samples: Box<[u32]>,
+    sample_shift: u32,
     ones: u32,
 }
 
 impl Bitmap {
     /// Builds the bitmap of `members` (strictly increasing, each `< len`).
     pub(super) fn new(len: u32, members: &[u32]) -> Self {
-        let blocks = (len as usize).div_ceil(BLOCK_BITS);
-        let mut words = vec![0u64; blocks * BLOCK_WORDS];
+        let count = (len as usize).div_ceil(BLOCK_BITS);
+        let mut blocks = vec![Block::default(); count];
         for &m in members {
-            if let Some(word) = words.get_mut(m as usize / WORD_BITS) {
-                *word |= 1 << (m as usize % WORD_BITS);
+            let m = m as usize;
+            if let Some(block) = blocks.get_mut(m / BLOCK_BITS) {
+                if let Some(word) = block.words.get_mut(m % BLOCK_BITS / WORD_BITS) {
+                    *word |= 1 << (m % WORD_BITS);
+                }
             }
         }
-        let mut block_before = Vec::with_capacity(blocks);
-        let mut word_before = Vec::with_capacity(blocks);
-        let mut total = 0u32;
-        for block in words.chunks_exact(BLOCK_WORDS) {
-            block_before.push(total);
+        let mut total = 0u64;
+        for block in &mut blocks {
+            block.before = total;
             let mut inside = 0u64;
-            let mut packed = 0u64;
-            for (k, word) in block.iter().enumerate() {
+            for (k, word) in block.words.iter().enumerate() {
                 if k > 0 {
-                    packed |= inside << (FIELD_BITS * (k - 1));
+                    block.counts |= inside << (FIELD_BITS * (k - 1));
                 }
                 inside += u64::from(word.count_ones());
             }
-            word_before.push(packed);
-            // At most 512 per block and the parent is below 2^31 ranks.
-            total += inside as u32;
+            total += inside;
         }
-        let mut samples = Vec::with_capacity(members.len().div_ceil(SAMPLE_EVERY) + 1);
+        let shift = sample_shift(len as usize, members.len());
+        let mut samples = Vec::with_capacity(members.len().div_ceil(1 << shift) + 1);
         samples.extend(
             members
                 .iter()
-                .step_by(SAMPLE_EVERY)
+                .step_by(1 << shift)
                 .map(|&m| (m as usize / BLOCK_BITS) as u32),
         );
-        samples.push(blocks.saturating_sub(1) as u32);
+        samples.push(count.saturating_sub(1) as u32);
         Bitmap {
-            words: words.into_boxed_slice(),
-            block_before: block_before.into_boxed_slice(),
-            word_before: word_before.into_boxed_slice(),
+            blocks: blocks.into_boxed_slice(),
             samples: samples.into_boxed_slice(),
-            ones: total,
+            sample_shift: shift,
+            // The parent has fewer than 2^31 ranks.
+            ones: total as u32,
         }
     }
 
     /// Heap bytes held.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.words.len() * 8
-            + self.block_before.len() * 4
-            + self.word_before.len() * 8
-            + self.samples.len() * 4
+        self.blocks.len() * core::mem::size_of::<Block>() + self.samples.len() * 4
     }
 
     /// The member index of parent rank `pos`, or `None` when its bit is
     /// clear (rank: members strictly before `pos`).
     #[inline]
     pub(super) fn rank_if_set(&self, pos: u32) -> Option<u32> {
-        let w = pos as usize / WORD_BITS;
-        let word = *self.words.get(w)?;
-        let bit = 1u64 << (pos as usize % WORD_BITS);
+        let pos = pos as usize;
+        let block = self.blocks.get(pos / BLOCK_BITS)?;
+        let k = pos % BLOCK_BITS / WORD_BITS;
+        let word = *block.words.get(k)?;
+        let bit = 1u64 << (pos % WORD_BITS);
         if word & bit == 0 {
             return None;
         }
-        let b = w / BLOCK_WORDS;
-        let before_block = *self.block_before.get(b)?;
-        let before_word = field(*self.word_before.get(b)?, w % BLOCK_WORDS);
-        Some(before_block + before_word + (word & (bit - 1)).count_ones())
+        Some(block.before as u32 + field(block.counts, k) + (word & (bit - 1)).count_ones())
     }
 
     /// The parent rank of member `r` (select), or `None` past the last one.
@@ -119,23 +149,43 @@ impl Bitmap {
         if r >= self.ones {
             return None;
         }
-        let j = r as usize / SAMPLE_EVERY;
+        let j = (r >> self.sample_shift) as usize;
         let lo = *self.samples.get(j)? as usize;
         let hi = *self.samples.get(j + 1)? as usize;
-        // Last block whose count of earlier members is <= r.
-        let span = self.block_before.get(lo..=hi)?;
-        let b = lo + span.partition_point(|&c| c <= r).checked_sub(1)?;
-        let inside = r.checked_sub(*self.block_before.get(b)?)?;
-        let packed = *self.word_before.get(b)?;
-        // Counts grow with k, so the words at or below `inside` are a prefix.
-        let mut k = 0;
-        for i in 0..BLOCK_WORDS - 1 {
-            k += usize::from(((packed >> (FIELD_BITS * i)) & FIELD_MASK) as u32 <= inside);
+        // The last block in lo..=hi with at most r members before it.
+        let target = u64::from(r);
+        let mut b = lo;
+        if hi - lo <= LINEAR_SPAN {
+            // The first step is a coin flip at density 1/2: take it without
+            // a branch; further steps are rare and predictable.
+            let next = (lo + 1).min(hi);
+            let past = self.blocks.get(next)?.before <= target;
+            b += usize::from(past & (next > lo));
+            // Counts grow, so this fails at once when the step was not taken.
+            let mut next = lo + 2;
+            while next <= hi && self.blocks.get(next)?.before <= target {
+                b = next;
+                next += 1;
+            }
+        } else {
+            let span = self.blocks.get(lo + 1..=hi)?;
+            b += span.partition_point(|block| block.before <= target);
         }
-        let in_word = inside.checked_sub(field(packed, k))?;
-        let w = b * BLOCK_WORDS + k;
-        let bit = select_in_word(*self.words.get(w)?, in_word)?;
-        Some((w * WORD_BITS) as u32 + bit)
+        let block = self.blocks.get(b)?;
+        let inside = (target - block.before) as u32;
+        // Counts grow with k: binary search for the last word whose count
+        // of earlier members is <= inside, without branches.
+        let mut k = 0;
+        let mut before = 0;
+        for step in [4, 2, 1] {
+            let count = ((block.counts >> (FIELD_BITS * (k + step - 1))) & FIELD_MASK) as u32;
+            let take = count <= inside;
+            k += usize::from(take) * step;
+            before = if take { count } else { before };
+        }
+        let in_word = inside.checked_sub(before)?;
+        let bit = select_in_word(*block.words.get(k)?, in_word)?;
+        Some(((b * BLOCK_WORDS + k) * WORD_BITS) as u32 + bit)
     }
 }
 
@@ -150,27 +200,29 @@ fn field(packed: u64, k: usize) -> u32 {
 }
 
 /// Position of the `k`-th (from 0) set bit of `word`; `None` if it has no
-/// more than `k` set bits.
+/// more than `k` set bits. Uses no `count_ones`: without the POPCNT
+/// instruction (the default x86-64 target) that is a long software routine.
 #[inline]
 fn select_in_word(word: u64, k: u32) -> Option<u32> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    if k >= word.count_ones() {
-        return None;
-    }
     // Popcount of each byte, then running sums: byte i = ones in bytes 0..=i.
     let mut s = word - ((word >> 1) & 0x5555_5555_5555_5555);
     s = (s & 0x3333_3333_3333_3333) + ((s >> 2) & 0x3333_3333_3333_3333);
     s = (s + (s >> 4)) & 0x0F0F_0F0F_0F0F_0F0F;
     let sums = s.wrapping_mul(ONES);
-    // High bit of byte i set iff sums_i <= k; no borrow crosses bytes since
-    // every sums_i <= 64 < 128 + k.
-    let at_or_below = ((u64::from(k) * ONES | HIGHS) - sums) & HIGHS;
-    let shift = at_or_below.count_ones() * 8;
+    let k = u64::from(k);
+    if k >= sums >> 56 {
+        return None;
+    }
+    // High bit of byte i set iff sums_i > k; no borrow crosses bytes since
+    // every sums_i <= 64 < 128 + k. Byte 7 qualifies, so this is non-zero
+    // and its lowest set bit marks the byte holding the answer.
+    let above = !((k * ONES | HIGHS) - sums) & HIGHS;
+    let shift = above.trailing_zeros() - 7;
     let before = ((sums << 8) >> shift) & 0xFF;
     let byte = ((word >> shift) & 0xFF) as usize;
-    let in_byte = (u64::from(k) - before) as usize;
-    let bit = *SELECT_IN_BYTE.get(byte * 8 + in_byte)?;
+    let bit = *SELECT_IN_BYTE.get(byte * 8 + (k - before) as usize)?;
     Some(shift + u32::from(bit))
 }
 

@@ -44,7 +44,11 @@ impl Shape {
         Shape {
             increasing,
             // One or no member: any step describes it.
-            step: if arithmetic { Some(step.unwrap_or(1)) } else { None },
+            step: if arithmetic {
+                Some(step.unwrap_or(1))
+            } else {
+                None
+            },
             runs,
         }
     }

@@ -14,9 +14,11 @@
 //! | dense | world rank of each member | `4n` | O(1) | O(1) expected |
 //! | stride | base ranks `first + i·step`, `step` may be negative | `8` | O(1) | O(1) |
 //! | ranges | runs of base ranks stepping by +1 or -1, runs in any order | `8R` in base order, else `12R` | O(log R) | O(log R) |
-//! | bitmap | a bit per base rank, members in base order | `76·⌈p/512⌉ + 4·(⌈n/512⌉ + 1)` | O(1) select | O(1) rank |
+//! | bitmap | a bit per base rank, members in base order | `80·⌈p/512⌉ + 4·(⌈n/2^s⌉ + 1)` | O(1) select | O(1) rank |
 //!
-//! with `n` members, `R` runs and `p` ranks in the base; each sparse level
+//! with `n` members, `R` runs, `p` ranks in the base and
+//! `s = clamp(⌊log2(512·n/p)⌋, 4, 8)` (one select sample per block's worth
+//! of members); each sparse level
 //! adds the base's own cost to `lookup` and `rank_of`. Every node also has
 //! a fixed header, left out of the comparison. Dense `rank_of` uses a hash
 //! index (`8·2^⌈log2 2n⌉` bytes) built on its first call and reported by
@@ -220,7 +222,10 @@ impl fmt::Display for RankListError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::OutOfRange { index, rank, size } => {
-                write!(f, "rank {rank} at position {index} is not in a group of {size}")
+                write!(
+                    f,
+                    "rank {rank} at position {index} is not in a group of {size}"
+                )
             }
             Self::Duplicate { index, rank } => {
                 write!(f, "rank {rank} at position {index} is listed twice")
@@ -304,7 +309,10 @@ impl fmt::Display for SetOpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::DifferentWorlds { left, right } => {
-                write!(f, "groups of different worlds ({left} and {right} processes)")
+                write!(
+                    f,
+                    "groups of different worlds ({left} and {right} processes)"
+                )
             }
         }
     }
@@ -337,10 +345,16 @@ impl fmt::Display for TranslateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::OutOfRange { index, rank, size } => {
-                write!(f, "rank {rank} at position {index} is not in a group of {size}")
+                write!(
+                    f,
+                    "rank {rank} at position {index} is not in a group of {size}"
+                )
             }
             Self::DifferentWorlds { left, right } => {
-                write!(f, "groups of different worlds ({left} and {right} processes)")
+                write!(
+                    f,
+                    "groups of different worlds ({left} and {right} processes)"
+                )
             }
         }
     }
@@ -611,7 +625,11 @@ impl Group {
     /// For each of `ranks` (ranks of `self`), the rank of the same process
     /// in `other`: [`UNDEFINED`] when it is not there, and [`PROC_NULL`]
     /// for [`PROC_NULL`] (`MPI_Group_translate_ranks`).
-    pub fn translate_ranks(&self, ranks: &[u32], other: &Group) -> Result<Vec<u32>, TranslateError> {
+    pub fn translate_ranks(
+        &self,
+        ranks: &[u32],
+        other: &Group,
+    ) -> Result<Vec<u32>, TranslateError> {
         self.check_world(other)
             .map_err(|(left, right)| TranslateError::DifferentWorlds { left, right })?;
         let size = self.size();
@@ -622,9 +640,9 @@ impl Group {
                 if rank == PROC_NULL {
                     return Ok(PROC_NULL);
                 }
-                let world = self
-                    .lookup(rank)
-                    .ok_or(TranslateError::OutOfRange { index, rank, size })?;
+                let world =
+                    self.lookup(rank)
+                        .ok_or(TranslateError::OutOfRange { index, rank, size })?;
                 Ok(other.rank_of(world).unwrap_or(UNDEFINED))
             })
             .collect()
@@ -643,8 +661,8 @@ impl Group {
             return Comparison::Identical;
         }
         // Same size and distinct members: same set iff each is in the other.
-        let same_members = (0..self.size())
-            .all(|r| self.lookup(r).is_some_and(|w| other.rank_of(w).is_some()));
+        let same_members =
+            (0..self.size()).all(|r| self.lookup(r).is_some_and(|w| other.rank_of(w).is_some()));
         if same_members {
             Comparison::Similar
         } else {

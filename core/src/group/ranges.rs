@@ -69,7 +69,11 @@ impl Runs {
         let mut starts = Vec::new();
         let mut ranks = Vec::new();
         for_each_run(members, |index, first, descending| {
-            starts.push(if descending { first | DESCENDING } else { first });
+            starts.push(if descending {
+                first | DESCENDING
+            } else {
+                first
+            });
             ranks.push(index as u32);
         });
         let mut runs = Runs {
@@ -127,7 +131,9 @@ impl Runs {
     pub(super) fn rank_of(&self, parent: u32) -> Option<u32> {
         let i = if self.by_low.is_empty() {
             // Ascending runs in parent order: starts are sorted lows.
-            self.starts.partition_point(|&s| s <= parent).checked_sub(1)?
+            self.starts
+                .partition_point(|&s| s <= parent)
+                .checked_sub(1)?
         } else {
             let j = self
                 .by_low
@@ -155,7 +161,9 @@ mod tests {
 
     fn runs_of(members: &[u32]) -> Vec<(usize, u32, bool)> {
         let mut out = Vec::new();
-        for_each_run(members, |i, first, descending| out.push((i, first, descending)));
+        for_each_run(members, |i, first, descending| {
+            out.push((i, first, descending))
+        });
         out
     }
 
