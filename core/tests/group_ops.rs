@@ -517,6 +517,18 @@ fn dense_reverse_index_is_built_on_first_use_and_counted() {
 }
 
 #[test]
+fn groups_can_be_shared_across_threads() {
+    fn shareable<T: Send + Sync + Clone>(_: &T) {}
+    let g = world(1000)
+        .range_incl(&[RankRange::new(0, 998, 2)])
+        .unwrap();
+    shareable(&g);
+    let copy = g.clone();
+    let seen = std::thread::spawn(move || copy.lookup(10)).join().unwrap();
+    assert_eq!(seen, Some(20));
+}
+
+#[test]
 fn errors_read_well() {
     let text = RankListError::Duplicate { index: 2, rank: 7 }.to_string();
     assert!(text.contains('7') && text.contains("twice"), "{text}");

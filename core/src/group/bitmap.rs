@@ -155,7 +155,7 @@ impl Bitmap {
         // The last block in lo..=hi with at most r members before it.
         let target = u64::from(r);
         let mut b = lo;
-        if hi - lo <= LINEAR_SPAN {
+        if hi.checked_sub(lo)? <= LINEAR_SPAN {
             // The first step is a coin flip at density 1/2: take it without
             // a branch; further steps are rare and predictable.
             let next = (lo + 1).min(hi);
@@ -218,7 +218,7 @@ fn select_in_word(word: u64, k: u32) -> Option<u32> {
     // High bit of byte i set iff sums_i > k; no borrow crosses bytes since
     // every sums_i <= 64 < 128 + k. Byte 7 qualifies, so this is non-zero
     // and its lowest set bit marks the byte holding the answer.
-    let above = !((k * ONES | HIGHS) - sums) & HIGHS;
+    let above = !(((k * ONES) | HIGHS) - sums) & HIGHS;
     let shift = above.trailing_zeros() - 7;
     let before = ((sums << 8) >> shift) & 0xFF;
     let byte = ((word >> shift) & 0xFF) as usize;

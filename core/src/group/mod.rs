@@ -26,7 +26,9 @@
 //!
 //! Each new group takes the form with the least heap bytes among: dense;
 //! stride, ranges and bitmap over the world; and the same three over its
-//! parent. Ties go to the shorter chain, then to the faster lookup (stride,
+//! parent (the group `incl`, `excl`, `range_*`, `intersection` or
+//! `difference` was called on; a union need not lie inside either operand,
+//! so it only has the world as base). Ties go to the shorter chain, then to the faster lookup (stride,
 //! dense, bitmap, ranges). Bitmap needs members in base order, stride an
 //! arithmetic progression; ranges hold any order (a reversed group is one
 //! descending run, and a reversed stride has a negative step), so a group
@@ -101,7 +103,9 @@ pub const PROC_NULL: u32 = u32::MAX;
 /// for a process missing from the other group.
 pub const UNDEFINED: u32 = u32::MAX - 1;
 
-/// An ordered set of processes. Cloning is cheap and shares the storage.
+/// An ordered set of processes. Immutable; cloning is cheap and shares
+/// the storage, and groups are `Send + Sync`, so communicators on any
+/// thread can hold the same one.
 #[derive(Clone)]
 pub struct Group {
     node: Arc<Node>,
