@@ -1,1 +1,0 @@
-//! Process groups (issue 4; not written yet).

@@ -1,0 +1,315 @@
+//! A group as set bits over its parent's ranks, with rank and select in
+//! constant time and no bit-by-bit scans.
+//!
+//! Layout (in the spirit of Vigna's rank9): bits are cut into blocks of 512
+//! (eight words). Each block stores, next to its words, the members before
+//! it and seven packed 9-bit counts of the members before words 1..=7 of
+//! the block, so one block fetch (80 bytes) answers both queries.
+//!
+//! - Rank: the two counts plus one popcount.
+//! - Select: a sample gives the block of every `2^s`-th member, `2^s`
+//!   being about the members of one block (16 to 256), so the answer is
+//!   nearly always in that block or the next: one branch-free step, then
+//!   more steps (or a binary search over long spans, in clumpy bitmaps).
+//!   A branch-free three-step search over the packed counts finds the word,
+//!   and byte popcounts plus a 2 KiB table the bit inside it.
+
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
+
+const WORD_BITS: usize = 64;
+const BLOCK_WORDS: usize = 8;
+const BLOCK_BITS: usize = WORD_BITS * BLOCK_WORDS;
+/// Select samples are taken every `2^shift` members, with `shift` in this
+/// range (see [`sample_shift`]).
+const SAMPLE_SHIFTS: (u32, u32) = (4, 8);
+/// Sample spans up to this many blocks are stepped through, longer ones
+/// binary-searched.
+const LINEAR_SPAN: usize = 8;
+/// Width of one packed in-block count.
+const FIELD_BITS: usize = 9;
+const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
+
+/// Heap bytes of a bitmap over `len` parent ranks holding `ones` members;
+/// the formula the representation choice uses, equal to what
+/// [`Bitmap::heap_bytes`] reports once built.
+pub(super) const fn heap_bytes(len: usize, ones: usize) -> usize {
+    len.div_ceil(BLOCK_BITS) * core::mem::size_of::<Block>()
+        + 4 * (ones.div_ceil(1 << sample_shift(len, ones)) + 1)
+}
+
+/// Log2 of the members between select samples: about the members of one
+/// block, so that two samples are rarely more than a block apart. Sparse
+/// bitmaps (rarely chosen below 1/27 density, where dense is smaller) get
+/// denser samples, dense ones sparser samples.
+const fn sample_shift(len: usize, ones: usize) -> u32 {
+    let len = if len == 0 { 1 } else { len };
+    let per_block = ones.saturating_mul(BLOCK_BITS) / len;
+    let log = if per_block == 0 {
+        0
+    } else {
+        usize::BITS - 1 - per_block.leading_zeros()
+    };
+    if log < SAMPLE_SHIFTS.0 {
+        SAMPLE_SHIFTS.0
+    } else if log > SAMPLE_SHIFTS.1 {
+        SAMPLE_SHIFTS.1
+    } else {
+        log
+    }
+}
+
+/// 512 bits with their counts.
+#[derive(Clone, Copy, Default)]
+struct Block {
+    /// Members before this block.
+    before: u64,
+    /// Members before word `k` (k = 1..=7) in bits `9(k-1)..9k`.
+    counts: u64,
+    words: [u64; BLOCK_WORDS],
+}
+
+/// Set bits over `0..len` with rank/select indexes.
+pub(super) struct Bitmap {
+    /// The bits, padded with zeros to whole blocks.
+    blocks: Box<[Block]>,
+    /// Block holding member `j << sample_shift`, then the last block.
+    samples: Box<[u32]>,
+    sample_shift: u32,
+    ones: u32,
+}
+
+impl Bitmap {
+    /// Builds the bitmap of `members` (strictly increasing, each `< len`).
+    pub(super) fn new(len: u32, members: &[u32]) -> Self {
+        let count = (len as usize).div_ceil(BLOCK_BITS);
+        let mut blocks = vec![Block::default(); count];
+        for &m in members {
+            let m = m as usize;
+            if let Some(block) = blocks.get_mut(m / BLOCK_BITS) {
+                if let Some(word) = block.words.get_mut(m % BLOCK_BITS / WORD_BITS) {
+                    *word |= 1 << (m % WORD_BITS);
+                }
+            }
+        }
+        let mut total = 0u64;
+        for block in &mut blocks {
+            block.before = total;
+            let mut inside = 0u64;
+            for (k, word) in block.words.iter().enumerate() {
+                if k > 0 {
+                    block.counts |= inside << (FIELD_BITS * (k - 1));
+                }
+                inside += u64::from(word.count_ones());
+            }
+            total += inside;
+        }
+        let shift = sample_shift(len as usize, members.len());
+        let mut samples = Vec::with_capacity(members.len().div_ceil(1 << shift) + 1);
+        samples.extend(
+            members
+                .iter()
+                .step_by(1 << shift)
+                .map(|&m| (m as usize / BLOCK_BITS) as u32),
+        );
+        samples.push(count.saturating_sub(1) as u32);
+        Bitmap {
+            blocks: blocks.into_boxed_slice(),
+            samples: samples.into_boxed_slice(),
+            sample_shift: shift,
+            // The parent has fewer than 2^31 ranks.
+            ones: total as u32,
+        }
+    }
+
+    /// Heap bytes held.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.blocks.len() * core::mem::size_of::<Block>() + self.samples.len() * 4
+    }
+
+    /// The member index of parent rank `pos`, or `None` when its bit is
+    /// clear (rank: members strictly before `pos`).
+    #[inline]
+    pub(super) fn rank_if_set(&self, pos: u32) -> Option<u32> {
+        let pos = pos as usize;
+        let block = self.blocks.get(pos / BLOCK_BITS)?;
+        let k = pos % BLOCK_BITS / WORD_BITS;
+        let word = *block.words.get(k)?;
+        let bit = 1u64 << (pos % WORD_BITS);
+        if word & bit == 0 {
+            return None;
+        }
+        Some(block.before as u32 + field(block.counts, k) + (word & (bit - 1)).count_ones())
+    }
+
+    /// The parent rank of member `r` (select), or `None` past the last one.
+    #[inline]
+    pub(super) fn select(&self, r: u32) -> Option<u32> {
+        if r >= self.ones {
+            return None;
+        }
+        let j = (r >> self.sample_shift) as usize;
+        let lo = *self.samples.get(j)? as usize;
+        let hi = *self.samples.get(j + 1)? as usize;
+        // The last block in lo..=hi with at most r members before it.
+        let target = u64::from(r);
+        let mut b = lo;
+        if hi.checked_sub(lo)? <= LINEAR_SPAN {
+            // The first step is a coin flip at density 1/2: take it without
+            // a branch; further steps are rare and predictable.
+            let next = (lo + 1).min(hi);
+            let past = self.blocks.get(next)?.before <= target;
+            b += usize::from(past & (next > lo));
+            // Counts grow, so this fails at once when the step was not taken.
+            let mut next = lo + 2;
+            while next <= hi && self.blocks.get(next)?.before <= target {
+                b = next;
+                next += 1;
+            }
+        } else {
+            let span = self.blocks.get(lo + 1..=hi)?;
+            b += span.partition_point(|block| block.before <= target);
+        }
+        let block = self.blocks.get(b)?;
+        let inside = (target - block.before) as u32;
+        // Counts grow with k: binary search for the last word whose count
+        // of earlier members is <= inside, without branches.
+        let mut k = 0;
+        let mut before = 0;
+        for step in [4, 2, 1] {
+            let count = ((block.counts >> (FIELD_BITS * (k + step - 1))) & FIELD_MASK) as u32;
+            let take = count <= inside;
+            k += usize::from(take) * step;
+            before = if take { count } else { before };
+        }
+        let in_word = inside.checked_sub(before)?;
+        let bit = select_in_word(*block.words.get(k)?, in_word)?;
+        Some(((b * BLOCK_WORDS + k) * WORD_BITS) as u32 + bit)
+    }
+}
+
+/// Members before word `k` of a block, from its packed counts.
+#[inline]
+fn field(packed: u64, k: usize) -> u32 {
+    if k == 0 {
+        0
+    } else {
+        ((packed >> (FIELD_BITS * (k - 1))) & FIELD_MASK) as u32
+    }
+}
+
+/// Position of the `k`-th (from 0) set bit of `word`; `None` if it has no
+/// more than `k` set bits. Uses no `count_ones`: without the POPCNT
+/// instruction (the default x86-64 target) that is a long software routine.
+#[inline]
+fn select_in_word(word: u64, k: u32) -> Option<u32> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Popcount of each byte, then running sums: byte i = ones in bytes 0..=i.
+    let mut s = word - ((word >> 1) & 0x5555_5555_5555_5555);
+    s = (s & 0x3333_3333_3333_3333) + ((s >> 2) & 0x3333_3333_3333_3333);
+    s = (s + (s >> 4)) & 0x0F0F_0F0F_0F0F_0F0F;
+    let sums = s.wrapping_mul(ONES);
+    let k = u64::from(k);
+    if k >= sums >> 56 {
+        return None;
+    }
+    // High bit of byte i set iff sums_i > k; no borrow crosses bytes since
+    // every sums_i <= 64 < 128 + k. Byte 7 qualifies, so this is non-zero
+    // and its lowest set bit marks the byte holding the answer.
+    let above = !(((k * ONES) | HIGHS) - sums) & HIGHS;
+    let shift = above.trailing_zeros() - 7;
+    let before = ((sums << 8) >> shift) & 0xFF;
+    let byte = ((word >> shift) & 0xFF) as usize;
+    let bit = *SELECT_IN_BYTE.get(byte * 8 + (k - before) as usize)?;
+    Some(shift + u32::from(bit))
+}
+
+/// `SELECT_IN_BYTE[b * 8 + j]`: position of the `j`-th set bit of byte `b`
+/// (8 when `b` has fewer set bits).
+static SELECT_IN_BYTE: [u8; 256 * 8] = select_in_byte_table();
+
+const fn select_in_byte_table() -> [u8; 256 * 8] {
+    let mut table = [8u8; 256 * 8];
+    let mut b = 0;
+    while b < 256 {
+        let mut j = 0;
+        let mut bit = 0;
+        while bit < 8 {
+            if (b >> bit) & 1 == 1 {
+                table[b * 8 + j] = bit as u8;
+                j += 1;
+            }
+            bit += 1;
+        }
+        b += 1;
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny xorshift so the checks cover irregular bit patterns.
+    fn xorshift(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn select_in_word_matches_a_plain_scan() {
+        let mut state = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..2000 {
+            let word = xorshift(&mut state) & xorshift(&mut state);
+            let positions: Vec<u32> = (0..64).filter(|&i| word >> i & 1 == 1).collect();
+            for (k, &p) in positions.iter().enumerate() {
+                assert_eq!(select_in_word(word, k as u32), Some(p));
+            }
+            assert_eq!(select_in_word(word, positions.len() as u32), None);
+        }
+        assert_eq!(select_in_word(u64::MAX, 63), Some(63));
+        assert_eq!(select_in_word(0, 0), None);
+    }
+
+    #[test]
+    fn rank_and_select_agree_with_the_member_list() {
+        let mut state = 0x1234_5678_9ABC_DEF1;
+        // Densities from sparse to full, lengths around block edges.
+        for &(len, keep_in_256) in &[
+            (0u32, 128u64),
+            (1, 256),
+            (511, 3),
+            (512, 256),
+            (513, 200),
+            (5000, 1),
+            (20_000, 20),
+            (20_000, 250),
+        ] {
+            let members: Vec<u32> = (0..len)
+                .filter(|_| xorshift(&mut state) % 256 < keep_in_256)
+                .collect();
+            let bits = Bitmap::new(len, &members);
+            assert_eq!(bits.heap_bytes(), heap_bytes(len as usize, members.len()));
+            for (r, &m) in members.iter().enumerate() {
+                assert_eq!(bits.select(r as u32), Some(m));
+            }
+            assert_eq!(bits.select(members.len() as u32), None);
+            let mut next = 0;
+            for pos in 0..len {
+                let expected = match members.get(next) {
+                    Some(&m) if m == pos => {
+                        next += 1;
+                        Some(next as u32 - 1)
+                    }
+                    _ => None,
+                };
+                assert_eq!(bits.rank_if_set(pos), expected);
+            }
+            assert_eq!(bits.rank_if_set(len + 1000), None);
+        }
+    }
+}

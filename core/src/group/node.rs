@@ -1,0 +1,138 @@
+//! The stored form of one group and the walk from a rank to a world rank
+//! (and back) through its parent chain.
+
+use alloc::sync::Arc;
+use core::mem::size_of;
+
+use super::bitmap::Bitmap;
+use super::dense::Dense;
+use super::ranges::Runs;
+use super::Representation;
+
+/// One group's storage; shared through `Arc` by handles and children.
+pub(super) struct Node {
+    /// Members.
+    pub(super) size: u32,
+    /// Parent links down to an absolute node (world or dense).
+    pub(super) depth: u8,
+    pub(super) store: Store,
+}
+
+/// How the members are stored.
+pub(super) enum Store {
+    /// Rank `i` is world rank `i`.
+    World,
+    /// A table of world ranks.
+    Dense(Dense),
+    /// Member `i` is parent rank `first + i * step`.
+    Stride {
+        parent: Arc<Node>,
+        first: u32,
+        step: i32,
+    },
+    /// Runs of consecutive parent ranks.
+    Ranges { parent: Arc<Node>, runs: Runs },
+    /// Set bits over the parent's ranks, in parent order.
+    Bitmap { parent: Arc<Node>, bits: Bitmap },
+}
+
+impl Node {
+    /// The world group of `size` processes.
+    pub(super) fn world(size: u32) -> Self {
+        Node {
+            size,
+            depth: 0,
+            store: Store::World,
+        }
+    }
+
+    pub(super) fn is_world(&self) -> bool {
+        matches!(self.store, Store::World)
+    }
+
+    pub(super) fn representation(&self) -> Representation {
+        match self.store {
+            Store::World => Representation::World,
+            Store::Dense(_) => Representation::Dense,
+            Store::Stride { .. } => Representation::Stride,
+            Store::Ranges { .. } => Representation::Ranges,
+            Store::Bitmap { .. } => Representation::Bitmap,
+        }
+    }
+
+    /// Bytes of this node's allocation (with the `Arc` counters) and of the
+    /// heap it owns; parents are shared and not counted.
+    pub(super) fn memory_bytes(&self) -> usize {
+        let heap = match &self.store {
+            Store::World | Store::Stride { .. } => 0,
+            Store::Dense(dense) => dense.heap_bytes(),
+            Store::Ranges { runs, .. } => runs.heap_bytes(),
+            Store::Bitmap { bits, .. } => bits.heap_bytes(),
+        };
+        size_of::<Node>() + 2 * size_of::<usize>() + heap
+    }
+
+    /// World rank of member `rank`, walking up the parents.
+    #[inline]
+    pub(super) fn world_rank(&self, rank: u32) -> Option<u32> {
+        if rank >= self.size {
+            return None;
+        }
+        let mut node = self;
+        let mut r = rank;
+        loop {
+            match &node.store {
+                Store::World => return Some(r),
+                Store::Dense(dense) => return dense.world_rank(r),
+                Store::Stride {
+                    parent,
+                    first,
+                    step,
+                } => {
+                    r = stride_parent_rank(*first, *step, r)?;
+                    node = parent;
+                }
+                Store::Ranges { parent, runs } => {
+                    r = runs.parent_rank(r)?;
+                    node = parent;
+                }
+                Store::Bitmap { parent, bits } => {
+                    r = bits.select(r)?;
+                    node = parent;
+                }
+            }
+        }
+    }
+
+    /// Member index of `world_rank`, or `None` when it is not a member.
+    /// Recursion is bounded by the depth limit.
+    pub(super) fn rank_of(&self, world_rank: u32) -> Option<u32> {
+        match &self.store {
+            Store::World => (world_rank < self.size).then_some(world_rank),
+            Store::Dense(dense) => dense.rank_of(world_rank),
+            Store::Stride {
+                parent,
+                first,
+                step,
+            } => stride_rank(*first, *step, self.size, parent.rank_of(world_rank)?),
+            Store::Ranges { parent, runs } => runs.rank_of(parent.rank_of(world_rank)?),
+            Store::Bitmap { parent, bits } => bits.rank_if_set(parent.rank_of(world_rank)?),
+        }
+    }
+}
+
+#[inline]
+fn stride_parent_rank(first: u32, step: i32, rank: u32) -> Option<u32> {
+    u32::try_from(i64::from(first) + i64::from(rank) * i64::from(step)).ok()
+}
+
+fn stride_rank(first: u32, step: i32, size: u32, parent_rank: u32) -> Option<u32> {
+    let distance = i64::from(parent_rank) - i64::from(first);
+    let step = i64::from(step);
+    if distance.checked_rem(step)? != 0 {
+        return None;
+    }
+    u32::try_from(distance.checked_div(step)?)
+        .ok()
+        .filter(|&rank| rank < size)
+}
