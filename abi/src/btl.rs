@@ -446,8 +446,11 @@ pub trait BtlComponentImpl: 'static {
     /// Whether the component can run in this job, and its priority.
     fn query(host: &Host) -> Availability;
 
-    /// Builds the module. Called only after `query` answered `Available`.
-    fn open(host: Host) -> Result<Self::Module, PluginError>;
+    /// Builds the component's modules: one per device, interface or link
+    /// (as Open MPI's component init returns an array of modules), so the
+    /// host can rank and stripe across them. Called only after `query`
+    /// answered `Available`; an empty list means nothing usable was found.
+    fn open(host: Host) -> Result<Vec<Self::Module>, PluginError>;
 }
 
 /// Root module of a BTL plugin.
@@ -465,7 +468,7 @@ pub struct BtlComponent {
     pub query: extern "C" fn(HostServicesArc) -> RResult<Availability, PluginError>,
     /// See [`BtlComponentImpl::open`].
     #[sabi(last_prefix_field)]
-    pub open: extern "C" fn(HostServicesArc) -> RResult<BtlModuleBox, PluginError>,
+    pub open: extern "C" fn(HostServicesArc) -> RResult<RVec<BtlModuleBox>, PluginError>,
 }
 
 impl RootModule for BtlComponentRef {

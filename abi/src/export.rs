@@ -255,8 +255,10 @@ extern "C" fn btl_query<C: BtlComponentImpl>(
 
 extern "C" fn btl_open<C: BtlComponentImpl>(
     host: HostServicesArc,
-) -> RResult<BtlModuleBox, PluginError> {
-    catch_panic(|| C::open(Host::new(host)).map(btl_module_box))
+) -> RResult<RVec<BtlModuleBox>, PluginError> {
+    catch_panic(|| {
+        C::open(Host::new(host)).map(|modules| modules.into_iter().map(btl_module_box).collect())
+    })
 }
 
 /// Builds the root module of BTL component `C`; used by
@@ -349,8 +351,8 @@ pub fn describe_panic(payload: &(dyn Any + Send)) -> RString {
 ///     fn query(_host: &Host) -> Availability {
 ///         Availability::Unavailable { reason: "a null transport moves nothing".into() }
 ///     }
-///     fn open(_host: Host) -> Result<Null, PluginError> {
-///         Ok(Null)
+///     fn open(_host: Host) -> Result<Vec<Null>, PluginError> {
+///         Ok(vec![Null])
 ///     }
 /// }
 ///

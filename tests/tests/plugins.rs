@@ -355,7 +355,9 @@ fn a_plugin_built_after_the_host_is_used_through_the_api() {
     let f = fixtures();
     let r = discover(&[&f.good], &[], &[("btl_alpha_queue_depth", "2")]);
     let alpha = r.components().iter().find(|c| c.name() == "alpha").unwrap();
-    let mut module = r.open_btl(alpha).expect("open alpha");
+    let mut modules = r.open_btl(alpha).expect("open alpha");
+    assert_eq!(modules.len(), 1);
+    let mut module = modules.remove(0);
     let attrs = module.attributes().unwrap();
     assert_eq!(attrs.max_sendi_size, 4096);
     let address = module.address().unwrap();

@@ -44,20 +44,20 @@ impl BtlComponentImpl for SelfComponent {
         Availability::Available { priority: 100 }
     }
 
-    fn open(host: Host) -> Result<SelfTransport, PluginError> {
+    fn open(host: Host) -> Result<Vec<SelfTransport>, PluginError> {
         let max_send = host.param_u64(MAX_SEND_PARAM).unwrap_or(DEFAULT_MAX_SEND);
         if max_send < u64::from(MAX_HEADER) {
             return Err(PluginError::invalid(format!(
                 "{MAX_SEND_PARAM} must be at least {MAX_HEADER} bytes"
             )));
         }
-        Ok(SelfTransport {
+        Ok(vec![SelfTransport {
             rank: host.job().rank,
             max_send,
             queue: VecDeque::new(),
             registrations: BTreeMap::new(),
             next_registration: 1,
-        })
+        }])
     }
 }
 

@@ -28,7 +28,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::RResult;
+use abi_stable::std_types::{RResult, RVec};
 use fireopal_abi::btl::{BtlComponentRef, BtlModuleBox};
 use fireopal_abi::host::{HostServices_TO, JobInfo, LogLevel, JOB_KEY_LEN};
 use fireopal_abi::memheap::{MemheapComponentRef, MemheapModuleBox};
@@ -659,12 +659,13 @@ impl Registry {
         )
     }
 
-    /// Opens a BTL module of an available component.
-    pub fn open_btl(&self, component: &Component) -> Result<BtlModuleBox, OpenError> {
+    /// Opens the BTL modules of an available component (one per device,
+    /// interface or link).
+    pub fn open_btl(&self, component: &Component) -> Result<Vec<BtlModuleBox>, OpenError> {
         let (Some(Root::Btl(root)), Some(_)) = (component.root, component.priority()) else {
             return Err(OpenError::NotAvailable(component.name.clone()));
         };
-        open_with(component, root.open()(self.services_for(component)))
+        open_with(component, root.open()(self.services_for(component))).map(RVec::into_vec)
     }
 
     /// Opens the selected memheap component's module.
