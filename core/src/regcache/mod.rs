@@ -128,15 +128,22 @@ use interval_tree::{IntervalTree, NodeId};
 /// Page size used when none is given.
 pub const DEFAULT_PAGE_SIZE: usize = 4096;
 
-/// Low bits of an entry's state word: its reference count.
-const REFS_MASK: u64 = 0xffff_ffff;
+// An entry's state word: reference count (bits 0..24), GONE (bit 24), and
+// hits taken on it (bits 25..64), so that a hit is a single atomic add.
+/// Mask of the reference count in an entry's state word.
+const REFS_MASK: u64 = (1 << 24) - 1;
 /// Entry state flag: the entry has left the index (invalidated, evicted,
 /// merged away, or the cache was dropped). Whoever sees its reference count
 /// reach zero with this flag set deregisters it.
-const GONE: u64 = 1 << 32;
-/// More references than this on one entry is refused rather than risk the
-/// count running into the flags.
-const MAX_REFS: u64 = 1 << 31;
+const GONE: u64 = 1 << 24;
+/// One hit in an entry's state word.
+const HIT_ONE: u64 = 1 << 25;
+/// More references than this on one entry are refused rather than risk the
+/// count running into the flag.
+const MAX_REFS: u64 = 1 << 23;
+/// An entry's hit field is moved to the cache-wide counter once it passes
+/// this, long before it could wrap.
+const HIT_HARVEST: u64 = 1 << 37;
 /// Invalidations remembered so that a registration made while one ran can
 /// be checked against it.
 const RECENT_INVALIDATIONS: usize = 8;
@@ -377,7 +384,7 @@ pub enum GetError<E> {
     AddressOverflow,
     /// No transport of this cache has that id.
     UnknownTransport(TransportId),
-    /// The registration found already has 2^31 references.
+    /// The registration found already has 2^23 references.
     TooManyReferences,
     /// The memory was invalidated again and again while it was being
     /// registered (it is being unmapped while in use).
@@ -476,6 +483,8 @@ struct Index<B: RegistrationBackend> {
     invalidation_seq: u64,
     /// The last few invalidated ranges, by `seq % RECENT_INVALIDATIONS`.
     recent: [(usize, usize); RECENT_INVALIDATIONS],
+    /// Hits taken on entries that have left the index.
+    retired_hits: u64,
 }
 
 impl<B: RegistrationBackend> Index<B> {
@@ -508,6 +517,7 @@ impl<B: RegistrationBackend> Index<B> {
             return false;
         };
         let old = slot.entry.state.fetch_or(GONE, Ordering::AcqRel);
+        self.retired_hits += old / HIT_ONE;
         let idle = old & REFS_MASK == 0;
         self.tree.retire(id, idle);
         idle
@@ -634,6 +644,7 @@ impl<B: RegistrationBackend> RegCache<B> {
                 tree: IntervalTree::new(),
                 invalidation_seq: 0,
                 recent: [(0, 0); RECENT_INVALIDATIONS],
+                retired_hits: 0,
             }),
             lru: Mutex::new(Lru {
                 queue: VecDeque::new(),
@@ -808,11 +819,21 @@ impl<B: RegistrationBackend> RegCache<B> {
         self.shared.index.read().tree.len()
     }
 
-    /// The counters.
+    /// The counters. Hits are counted on each entry (so that a hit costs a
+    /// single atomic add), which makes this walk the index: `O(n)` under the
+    /// read lock.
     pub fn stats(&self) -> CacheStats {
         let s = &self.shared;
+        let hits = {
+            let index = s.index.read();
+            let mut hits = index.retired_hits;
+            index
+                .tree
+                .for_each(|slot| hits += slot.entry.state.load(Ordering::Relaxed) / HIT_ONE);
+            hits
+        };
         CacheStats {
-            hits: s.hits.load(Ordering::Relaxed),
+            hits: hits + s.hits.load(Ordering::Relaxed),
             misses: s.misses.load(Ordering::Relaxed),
             evictions: s.evictions.load(Ordering::Relaxed),
             invalidations: s.invalidations.load(Ordering::Relaxed),
@@ -889,16 +910,22 @@ impl<B: RegistrationBackend> Shared<B> {
             return Ok(None);
         };
         // Entries in the index are never gone, and nothing can mark one gone
-        // while the read lock is held, so a plain add is enough. Relaxed: the
-        // lock orders it against eviction, which looks under the write lock.
-        let old = slot.entry.state.fetch_add(1, Ordering::Relaxed);
+        // while the read lock is held, so a plain add is enough; it counts
+        // the hit too. Relaxed: the lock orders it against eviction, which
+        // looks under the write lock.
+        let old = slot.entry.state.fetch_add(1 + HIT_ONE, Ordering::Relaxed);
         if old & REFS_MASK >= MAX_REFS {
-            slot.entry.state.fetch_sub(1, Ordering::Relaxed);
+            slot.entry.state.fetch_sub(1 + HIT_ONE, Ordering::Relaxed);
             return Err(GetError::TooManyReferences);
+        }
+        if old >= HIT_HARVEST * HIT_ONE {
+            // Rare: move this entry's hits to the cache-wide counter.
+            let hits = old / HIT_ONE;
+            slot.entry.state.fetch_sub(hits * HIT_ONE, Ordering::Relaxed);
+            self.hits.fetch_add(hits, Ordering::Relaxed);
         }
         let entry = Arc::clone(&slot.entry);
         drop(index);
-        self.hits.fetch_add(1, Ordering::Relaxed);
         Ok(Some(Registration { entry }))
     }
 
@@ -925,19 +952,19 @@ impl<B: RegistrationBackend> Shared<B> {
             .ok_or(GetError::UnknownTransport(transport))?;
         let mut merge = self.merge.load(Ordering::Relaxed);
         for _ in 0..MAX_MISS_ATTEMPTS {
-            let (seq, region) = {
+            let (seq, region, swallow) = {
                 let index = self.index.read();
-                let (f, l) = if merge {
+                let (f, l, swallow) = if merge {
                     plan_merge(&index.tree, pfirst, plast, transport, access)
                 } else {
-                    (pfirst, plast)
+                    (pfirst, plast, false)
                 };
-                (index.invalidation_seq, Region { first: f, last: l })
+                (index.invalidation_seq, Region { first: f, last: l }, swallow)
             };
-            let merged = region.first != pfirst || region.last != plast;
+            let widened = region.first != pfirst || region.last != plast;
             let handle = match backend.register(region, access) {
                 Ok(h) => h,
-                Err(_) if merged => {
+                Err(_) if widened => {
                     merge = false;
                     continue;
                 }
@@ -956,7 +983,7 @@ impl<B: RegistrationBackend> Shared<B> {
                 handle,
                 shared: Arc::clone(self),
             });
-            if self.commit(&entry, seq, merged) {
+            if self.commit(&entry, seq, swallow) {
                 self.drain_retired();
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 self.evict_over_limits();
@@ -971,9 +998,10 @@ impl<B: RegistrationBackend> Shared<B> {
         Err(GetError::InvalidatedDuringRegistration)
     }
 
-    /// Inserts a new entry, swallowing the idle neighbours a merge planned
-    /// for. False if an invalidation touched the region since `seq`.
-    fn commit(&self, entry: &Arc<Entry<B>>, seq: u64, merged: bool) -> bool {
+    /// Inserts a new entry, swallowing the idle entries it covers when a
+    /// merge was planned. False if an invalidation touched the region since
+    /// `seq`.
+    fn commit(&self, entry: &Arc<Entry<B>>, seq: u64, swallow: bool) -> bool {
         let (first, last) = (entry.region.first, entry.region.last);
         loop {
             self.reserve_slot();
@@ -986,7 +1014,7 @@ impl<B: RegistrationBackend> Shared<B> {
                 // reserved above is still there; stay correct regardless.
                 continue;
             }
-            if merged {
+            if swallow {
                 let mut swallowed = 0u64;
                 while let Some(id) = find_swallowable(&index.tree, entry) {
                     index.retire(id);
@@ -1142,11 +1170,10 @@ impl<B: RegistrationBackend> Shared<B> {
                         .tree
                         .get(id)
                         .is_some_and(|slot| Arc::ptr_eq(&slot.entry, &entry))
-                    && entry
-                        .state
-                        .compare_exchange(0, GONE, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok();
+                    && entry.state.load(Ordering::Acquire) & (REFS_MASK | GONE) == 0;
                 if still_idle {
+                    let old = entry.state.fetch_or(GONE, Ordering::AcqRel);
+                    index.retired_hits += old / HIT_ONE;
                     index.tree.remove(id)
                 } else {
                     None
@@ -1163,7 +1190,8 @@ impl<B: RegistrationBackend> Shared<B> {
 
 /// Whether a queued LRU item still describes an idle entry in the index.
 fn is_idle_at<B: RegistrationBackend>(entry: &Entry<B>, stamp: u64) -> bool {
-    entry.idle_stamp.load(Ordering::Relaxed) == stamp && entry.state.load(Ordering::Acquire) == 0
+    entry.idle_stamp.load(Ordering::Relaxed) == stamp
+        && entry.state.load(Ordering::Acquire) & (REFS_MASK | GONE) == 0
 }
 
 /// Whether an indexed entry may be merged into a new registration of this
@@ -1175,26 +1203,30 @@ fn mergeable<B: RegistrationBackend>(slot: &Slot<B>, transport: TransportId, acc
 }
 
 /// Widens `[first, last]` over idle mergeable entries that overlap or touch
-/// it, until it stops growing. Never returns the whole address space.
+/// it, until it stops growing; also says whether there was any such entry
+/// (to be swallowed by the new registration). Never returns the whole
+/// address space.
 fn plan_merge<B: RegistrationBackend>(
     tree: &IntervalTree<Slot<B>>,
     first: usize,
     last: usize,
     transport: TransportId,
     access: Access,
-) -> (usize, usize) {
+) -> (usize, usize, bool) {
     let (mut f, mut l) = (first, last);
+    let mut any = false;
     loop {
         let (mut nf, mut nl) = (f, l);
         tree.for_each_overlapping(f.saturating_sub(1), l.saturating_add(1), |_, a, b, slot| {
             if mergeable(slot, transport, access) {
                 nf = nf.min(a);
                 nl = nl.max(b);
+                any = true;
             }
             true
         });
         if (nf, nl) == (f, l) || (nf == 0 && nl == usize::MAX) {
-            return (f, l);
+            return (f, l, any);
         }
         (f, l) = (nf, nl);
     }
