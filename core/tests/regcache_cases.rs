@@ -21,7 +21,12 @@ fn cache() -> (RegCache<Recorder>, Recorder, TransportId) {
     cache_with(RegCacheConfig::default())
 }
 
-fn get(cache: &RegCache<Recorder>, addr: usize, len: usize, t: TransportId) -> Registration<Recorder> {
+fn get(
+    cache: &RegCache<Recorder>,
+    addr: usize,
+    len: usize,
+    t: TransportId,
+) -> Registration<Recorder> {
     cache.get(addr, len, RR, t).expect("get")
 }
 
@@ -57,7 +62,9 @@ fn sub_range_is_a_hit() {
     let weaker = cache.get(0x20_0000, 1, Access::LOCAL_READ, t).expect("get");
     assert_eq!(weaker.id(), whole.id());
     // More access is not.
-    let stronger = cache.get(0x20_0000, 1, RR | Access::REMOTE_WRITE, t).expect("get");
+    let stronger = cache
+        .get(0x20_0000, 1, RR | Access::REMOTE_WRITE, t)
+        .expect("get");
     assert_ne!(stronger.id(), whole.id());
     assert!(stronger.access().contains(Access::REMOTE_WRITE));
     assert_eq!(rec.registered(), 2);
@@ -314,11 +321,16 @@ fn backend_failure_leaves_the_cache_unchanged() {
     let held = get(&cache, 0x500_0000 + 4 * PAGE, PAGE, t);
     let before = (cache.find_overlapping(0, usize::MAX), cache.stats());
     rec.set_fail(FailMode::Always);
-    let err = cache.get(0x500_0000 + PAGE, PAGE, RR, t).expect_err("refused");
+    let err = cache
+        .get(0x500_0000 + PAGE, PAGE, RR, t)
+        .expect_err("refused");
     assert!(matches!(err, GetError::Backend(_)));
     assert!(err.to_string().contains("refused"));
     assert!(std::error::Error::source(&err).is_some());
-    assert_eq!((cache.find_overlapping(0, usize::MAX), cache.stats()), before);
+    assert_eq!(
+        (cache.find_overlapping(0, usize::MAX), cache.stats()),
+        before
+    );
     assert_eq!(rec.live_count(), 2);
     drop(held);
 }

@@ -221,10 +221,16 @@ impl World {
         let live = self.live();
         // Nothing in use is deregistered.
         for reg in &self.held {
-            prop_assert!(live.contains_key(&self.key(reg)), "in-use registration deregistered");
+            prop_assert!(
+                live.contains_key(&self.key(reg)),
+                "in-use registration deregistered"
+            );
         }
         for r in &self.recorders {
-            prop_assert!(r.log().bad_deregistrations.is_empty(), "double deregistration");
+            prop_assert!(
+                r.log().bad_deregistrations.is_empty(),
+                "double deregistration"
+            );
         }
         // The index holds exactly what the model says, with the right counts.
         let mut refs: BTreeMap<u64, u32> = BTreeMap::new();
@@ -234,7 +240,14 @@ impl World {
         let infos = self.cache.find_overlapping(0, usize::MAX);
         let mut got: Vec<_> = infos
             .iter()
-            .map(|i| (i.transport.index(), i.region.base(), i.region.last(), i.access.bits()))
+            .map(|i| {
+                (
+                    i.transport.index(),
+                    i.region.base(),
+                    i.region.last(),
+                    i.access.bits(),
+                )
+            })
             .collect();
         let mut want: Vec<_> = self
             .cached()
@@ -250,10 +263,16 @@ impl World {
         // Counters agree with the backends.
         let s = self.cache.stats();
         prop_assert_eq!(s.live_count, live.len());
-        prop_assert_eq!(s.live_bytes, live.values().map(|(r, _)| r.len()).sum::<usize>());
+        prop_assert_eq!(
+            s.live_bytes,
+            live.values().map(|(r, _)| r.len()).sum::<usize>()
+        );
         // Over a limit only while nothing idle is left to evict.
         if s.live_count > self.max_count || s.live_bytes > self.max_bytes {
-            prop_assert!(infos.iter().all(|i| i.refs > 0), "idle entry kept over limits");
+            prop_assert!(
+                infos.iter().all(|i| i.refs > 0),
+                "idle entry kept over limits"
+            );
         }
         Ok(())
     }

@@ -144,9 +144,8 @@ impl<T> IntervalTree<T> {
             return storage;
         }
         storage.clear();
-        // `extend` from a drain of known length reserves exactly what is
-        // needed, which fits: no reallocation.
-        storage.extend(self.nodes.drain(..));
+        // The capacity suffices, so `append` moves without reallocating.
+        storage.append(&mut self.nodes);
         core::mem::swap(&mut self.nodes, &mut storage);
         storage
     }
@@ -428,6 +427,18 @@ impl<T> IntervalTree<T> {
         }
     }
 
+    /// The value of node `raw` if it is linked and its interval contains
+    /// `[first, last]`; for checking a remembered guess.
+    #[inline]
+    pub(crate) fn covering_at(&self, raw: u32, first: usize, last: usize) -> Option<&T> {
+        let n = self.nodes.get(raw as usize)?;
+        if n.state == SlotState::Linked && n.first <= first && n.last >= last {
+            n.value.as_ref()
+        } else {
+            None
+        }
+    }
+
     /// First node found whose interval contains `[first, last]` and whose
     /// value `accept` takes. Visits `O(log n + k)` nodes, `k` being the
     /// intervals that contain `first`. Allocates nothing.
@@ -641,7 +652,9 @@ mod tests {
         put(&mut t, usize::MAX - 4095, usize::MAX, 1);
         put(&mut t, 0, usize::MAX, 2);
         t.check();
-        assert!(t.find_covering(usize::MAX, usize::MAX, |v| *v == 1).is_some());
+        assert!(t
+            .find_covering(usize::MAX, usize::MAX, |v| *v == 1)
+            .is_some());
         assert!(t.find_covering(0, usize::MAX, |v| *v == 1).is_none());
         assert!(t.any_overlapping(usize::MAX, usize::MAX).is_some());
     }

@@ -485,6 +485,12 @@ struct Index<B: RegistrationBackend> {
     recent: [(usize, usize); RECENT_INVALIDATIONS],
     /// Hits taken on entries that have left the index.
     retired_hits: u64,
+    /// Lookup hints: by page and transport, a bucket of two nodes that
+    /// served the last hits there (most recent first). Only guesses, checked
+    /// against the node on use, so they are written with relaxed stores
+    /// under the read lock. Sized with the arena (a power of two), grown
+    /// with it.
+    hints: Vec<[AtomicU32; 2]>,
 }
 
 impl<B: RegistrationBackend> Index<B> {
@@ -502,6 +508,22 @@ impl<B: RegistrationBackend> Index<B> {
             let (f, l) = self.recent[(seq % RECENT_INVALIDATIONS as u64) as usize];
             f <= last && first <= l
         })
+    }
+
+    /// The hint bucket for `addr`'s page and `transport`, if there is a
+    /// table. Neighbouring pages map to neighbouring buckets; the high bits
+    /// are folded in so that regularly spaced buffers do not share buckets.
+    #[inline]
+    fn hint(
+        &self,
+        addr: usize,
+        page_shift: u32,
+        transport: TransportId,
+    ) -> Option<&[AtomicU32; 2]> {
+        let page = addr >> page_shift;
+        let key = page ^ (page >> 17) ^ (usize::from(transport.0) << 9);
+        let mask = self.hints.len().wrapping_sub(1);
+        self.hints.get(key & mask)
     }
 
     fn note_invalidation(&mut self, first: usize, last: usize) {
@@ -540,6 +562,7 @@ struct Shared<B: RegistrationBackend> {
     miss_lock: Mutex<()>,
     transports: RwLock<Vec<Arc<B>>>,
     page_size: usize,
+    page_shift: u32,
     merge: AtomicBool,
     max_count: AtomicUsize,
     max_bytes: AtomicUsize,
@@ -645,6 +668,7 @@ impl<B: RegistrationBackend> RegCache<B> {
                 invalidation_seq: 0,
                 recent: [(0, 0); RECENT_INVALIDATIONS],
                 retired_hits: 0,
+                hints: Vec::new(),
             }),
             lru: Mutex::new(Lru {
                 queue: VecDeque::new(),
@@ -654,6 +678,7 @@ impl<B: RegistrationBackend> RegCache<B> {
             miss_lock: Mutex::new(()),
             transports: RwLock::new(Vec::new()),
             page_size: config.page_size,
+            page_shift: config.page_size.trailing_zeros(),
             merge: AtomicBool::new(config.merge),
             max_count: AtomicUsize::new(config.max_count),
             max_bytes: AtomicUsize::new(config.max_bytes),
@@ -903,11 +928,28 @@ impl<B: RegistrationBackend> Shared<B> {
         transport: TransportId,
     ) -> Result<Option<Registration<B>>, GetError<B::Error>> {
         let index = self.index.read();
-        let found = index.tree.find_covering(first, last, |slot| {
-            slot.transport == transport && slot.access.contains(access)
+        let accept = |slot: &Slot<B>| slot.transport == transport && slot.access.contains(access);
+        let hint = index.hint(first, self.page_shift, transport);
+        let guess = hint.and_then(|bucket| {
+            bucket.iter().find_map(|cell| {
+                index
+                    .tree
+                    .covering_at(cell.load(Ordering::Relaxed), first, last)
+                    .filter(|slot| accept(slot))
+            })
         });
-        let Some((_, slot)) = found else {
-            return Ok(None);
+        let slot = match guess {
+            Some(slot) => slot,
+            None => {
+                let Some((id, slot)) = index.tree.find_covering(first, last, accept) else {
+                    return Ok(None);
+                };
+                if let Some([recent, older]) = hint {
+                    older.store(recent.load(Ordering::Relaxed), Ordering::Relaxed);
+                    recent.store(id.raw(), Ordering::Relaxed);
+                }
+                slot
+            }
         };
         // Entries in the index are never gone, and nothing can mark one gone
         // while the read lock is held, so a plain add is enough; it counts
@@ -921,7 +963,9 @@ impl<B: RegistrationBackend> Shared<B> {
         if old >= HIT_HARVEST * HIT_ONE {
             // Rare: move this entry's hits to the cache-wide counter.
             let hits = old / HIT_ONE;
-            slot.entry.state.fetch_sub(hits * HIT_ONE, Ordering::Relaxed);
+            slot.entry
+                .state
+                .fetch_sub(hits * HIT_ONE, Ordering::Relaxed);
             self.hits.fetch_add(hits, Ordering::Relaxed);
         }
         let entry = Arc::clone(&slot.entry);
@@ -959,7 +1003,11 @@ impl<B: RegistrationBackend> Shared<B> {
                 } else {
                     (pfirst, plast, false)
                 };
-                (index.invalidation_seq, Region { first: f, last: l }, swallow)
+                (
+                    index.invalidation_seq,
+                    Region { first: f, last: l },
+                    swallow,
+                )
             };
             let widened = region.first != pfirst || region.last != plast;
             let handle = match backend.register(region, access) {
@@ -1030,6 +1078,12 @@ impl<B: RegistrationBackend> Shared<B> {
             match index.tree.insert(first, last, slot) {
                 Ok(id) => {
                     entry.node.store(id.raw(), Ordering::Relaxed);
+                    if let Some([recent, older]) =
+                        index.hint(first, self.page_shift, entry.transport)
+                    {
+                        older.store(recent.load(Ordering::Relaxed), Ordering::Relaxed);
+                        recent.store(id.raw(), Ordering::Relaxed);
+                    }
                     return true;
                 }
                 Err(slot) => {
@@ -1053,9 +1107,26 @@ impl<B: RegistrationBackend> Shared<B> {
                 }
                 index.tree.capacity()
             };
-            let storage = IntervalTree::new_storage(capacity.saturating_mul(2).max(64));
-            let old = self.write_index().tree.adopt_storage(storage);
-            drop(old);
+            let capacity = capacity.saturating_mul(2).max(64);
+            let storage = IntervalTree::new_storage(capacity);
+            // Two buckets (four cells) per slot; a fresh table starts empty
+            // (guesses are rebuilt by the next lookups).
+            let mut hints = Vec::new();
+            hints.resize_with(capacity.saturating_mul(2).next_power_of_two(), || {
+                [AtomicU32::new(u32::MAX), AtomicU32::new(u32::MAX)]
+            });
+            let (old_storage, old_hints) = {
+                let mut index = self.write_index();
+                let old_storage = index.tree.adopt_storage(storage);
+                let old_hints = if hints.len() > index.hints.len() {
+                    core::mem::replace(&mut index.hints, hints)
+                } else {
+                    hints
+                };
+                (old_storage, old_hints)
+            };
+            drop(old_storage);
+            drop(old_hints);
         }
     }
 
@@ -1196,7 +1267,11 @@ fn is_idle_at<B: RegistrationBackend>(entry: &Entry<B>, stamp: u64) -> bool {
 
 /// Whether an indexed entry may be merged into a new registration of this
 /// transport and access.
-fn mergeable<B: RegistrationBackend>(slot: &Slot<B>, transport: TransportId, access: Access) -> bool {
+fn mergeable<B: RegistrationBackend>(
+    slot: &Slot<B>,
+    transport: TransportId,
+    access: Access,
+) -> bool {
     slot.transport == transport
         && slot.access == access
         && slot.entry.state.load(Ordering::Acquire) & REFS_MASK == 0
