@@ -75,6 +75,9 @@ struct World {
     dead: BTreeSet<Key>,
     max_count: usize,
     max_bytes: usize,
+    /// Gets the model expects to be hits and misses.
+    hits: u64,
+    misses: u64,
 }
 
 impl World {
@@ -97,6 +100,8 @@ impl World {
             dead: BTreeSet::new(),
             max_count: usize::MAX,
             max_bytes: usize::MAX,
+            hits: 0,
+            misses: 0,
         }
     }
 
@@ -165,9 +170,11 @@ impl World {
                         let now: u64 = self.recorders.iter().map(Recorder::registered).sum();
                         if candidates.is_empty() {
                             prop_assert_eq!(now, registered + 1, "a miss registers once");
+                            self.misses += 1;
                         } else {
                             prop_assert_eq!(now, registered, "a hit registered again");
                             prop_assert!(candidates.contains(&key));
+                            self.hits += 1;
                         }
                         self.held.push(reg);
                     }
@@ -262,6 +269,7 @@ impl World {
         }
         // Counters agree with the backends.
         let s = self.cache.stats();
+        prop_assert_eq!((s.hits, s.misses), (self.hits, self.misses));
         prop_assert_eq!(s.live_count, live.len());
         prop_assert_eq!(
             s.live_bytes,

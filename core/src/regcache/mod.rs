@@ -72,14 +72,22 @@
 //! # Concurrency
 //!
 //! The index sits behind a `spin` read-write lock. A hit takes only the read
-//! lock and updates the entry's reference count with one atomic add, so
-//! lookups do not wait for each other; it allocates nothing. Puts take no
-//! index lock: the last put of an entry takes the (separate) LRU lock to
-//! queue it. Misses are serialised by a miss lock, held while the backend
-//! registers, so that two threads never register the same range twice;
-//! they take the write lock only to insert. Writers take the lock through
-//! an upgradeable read, which holds off new readers, so a stream of hits
-//! cannot starve an invalidation.
+//! lock and allocates nothing: it first tries a hint (a two-cell bucket,
+//! chosen by page and transport, naming the nodes that served the last hits
+//! there), checks that node against the request, and otherwise walks the
+//! tree and updates the hint with relaxed stores. The reference count and
+//! the entry's hit counter share one word, taken with one atomic add, so
+//! lookups do not wait for each other. Puts take no index lock: the last
+//! put of an entry takes the (separate) LRU lock to move it to the back of
+//! the list (a doubly linked list in a slab, `O(1)`). Misses are serialised by a miss lock, held while the backend
+//! registers, so that two threads never register the same range twice; they
+//! take the write lock only to insert. Writers take the lock through an
+//! upgradeable read, which holds off new readers, so a stream of hits cannot
+//! starve an invalidation.
+//!
+//! A registration made while an invalidation of the same memory ran is
+//! dropped and made again (the pages it describes may be gone): the index
+//! remembers the last few invalidated ranges for that check.
 //!
 //! # Example
 //!
@@ -113,8 +121,8 @@
 //! ```
 
 mod interval_tree;
+mod lru;
 
-use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
@@ -124,6 +132,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use spin::{Mutex, RwLock, RwLockWriteGuard};
 
 use interval_tree::{IntervalTree, NodeId};
+use lru::LruList;
 
 /// Page size used when none is given.
 pub const DEFAULT_PAGE_SIZE: usize = 4096;
@@ -141,8 +150,8 @@ const HIT_ONE: u64 = 1 << 25;
 /// More references than this on one entry are refused rather than risk the
 /// count running into the flag.
 const MAX_REFS: u64 = 1 << 23;
-/// An entry's hit field is moved to the cache-wide counter once it passes
-/// this, long before it could wrap.
+/// An entry's hit field is moved to the cache-wide counter when it reaches
+/// this, long before it could wrap (the field holds 39 bits).
 const HIT_HARVEST: u64 = 1 << 37;
 /// Invalidations remembered so that a registration made while one ran can
 /// be checked against it.
@@ -296,8 +305,10 @@ impl fmt::Debug for Region {
 /// What a transport implements so that the cache can register memory
 /// through it.
 ///
-/// Both calls are made with no cache lock held, so they may block, allocate
-/// or trigger a memory hook that calls [`RegCache::invalidate`].
+/// Both calls are made with no index or LRU lock held, so they may block,
+/// allocate, or trigger a memory hook that calls [`RegCache::invalidate`].
+/// `register` runs under the cache's miss lock, so it must not call
+/// [`RegCache::get`] on the same cache.
 pub trait RegistrationBackend {
     /// The transport's registration (a memory region with its keys, a
     /// mapping...). Transports read it through [`Registration::handle`].
@@ -456,8 +467,9 @@ pub struct RegistrationInfo {
 struct Entry<B: RegistrationBackend> {
     /// Reference count (low 32 bits) and [`GONE`].
     state: AtomicU64,
-    /// LRU clock value when it last became idle.
-    idle_stamp: AtomicU64,
+    /// Its slot in the LRU list, or `lru::NIL`; only touched under the LRU
+    /// lock.
+    lru_slot: AtomicU32,
     /// Its node in the index, while it is there.
     node: AtomicU32,
     region: Region,
@@ -546,12 +558,13 @@ impl<B: RegistrationBackend> Index<B> {
     }
 }
 
-/// The LRU list: entries in the order they became idle. Stale items (the
-/// entry was used again, or left the index) are skipped when met.
+/// The LRU list: entries in the order of their last put. An entry is listed
+/// at most once; a hit leaves it where it is (hits take no LRU lock), so the
+/// list may hold entries in use, and entries that left the index; both are
+/// dropped from the list when met at its front or by a sweep.
 struct Lru<B: RegistrationBackend> {
-    queue: VecDeque<(Arc<Entry<B>>, u64)>,
-    clock: u64,
-    /// Set when the cache is dropped; nothing is queued after that.
+    list: LruList<Arc<Entry<B>>>,
+    /// Set when the cache is dropped; nothing is listed after that.
     closed: bool,
 }
 
@@ -671,8 +684,7 @@ impl<B: RegistrationBackend> RegCache<B> {
                 hints: Vec::new(),
             }),
             lru: Mutex::new(Lru {
-                queue: VecDeque::new(),
-                clock: 0,
+                list: LruList::new(),
                 closed: false,
             }),
             miss_lock: Mutex::new(()),
@@ -880,14 +892,14 @@ impl<B: RegistrationBackend> Drop for RegCache<B> {
             }
         }
         self.shared.drain_retired();
-        // The queue holds entries that hold the shared state: empty it to
+        // The list holds entries that hold the shared state: empty it to
         // break the cycle, and free it with no lock held.
-        let queue = {
+        let listed = {
             let mut lru = self.shared.lru.lock();
             lru.closed = true;
-            core::mem::take(&mut lru.queue)
+            lru.list.take_all()
         };
-        drop(queue);
+        drop(listed);
     }
 }
 
@@ -960,13 +972,15 @@ impl<B: RegistrationBackend> Shared<B> {
             slot.entry.state.fetch_sub(1 + HIT_ONE, Ordering::Relaxed);
             return Err(GetError::TooManyReferences);
         }
-        if old >= HIT_HARVEST * HIT_ONE {
-            // Rare: move this entry's hits to the cache-wide counter.
-            let hits = old / HIT_ONE;
+        if old / HIT_ONE == HIT_HARVEST {
+            // Rare: move hits to the cache-wide counter. The field only
+            // grows between harvests, so exactly one hit sees this value
+            // and does the harvest (concurrent hits under the read lock
+            // cannot both take it).
             slot.entry
                 .state
-                .fetch_sub(hits * HIT_ONE, Ordering::Relaxed);
-            self.hits.fetch_add(hits, Ordering::Relaxed);
+                .fetch_sub(HIT_HARVEST * HIT_ONE, Ordering::Relaxed);
+            self.hits.fetch_add(HIT_HARVEST, Ordering::Relaxed);
         }
         let entry = Arc::clone(&slot.entry);
         drop(index);
@@ -1022,7 +1036,7 @@ impl<B: RegistrationBackend> Shared<B> {
             self.live_bytes.fetch_add(region.len(), Ordering::Relaxed);
             let entry = Arc::new(Entry {
                 state: AtomicU64::new(1),
-                idle_stamp: AtomicU64::new(0),
+                lru_slot: AtomicU32::new(lru::NIL),
                 node: AtomicU32::new(0),
                 region,
                 transport,
@@ -1179,30 +1193,33 @@ impl<B: RegistrationBackend> Shared<B> {
             self.deregister(entry);
             return;
         }
-        let stale = {
+        let swept = {
             let mut lru = self.lru.lock();
             if lru.closed {
                 return;
             }
-            lru.clock += 1;
-            let stamp = lru.clock;
-            entry.idle_stamp.store(stamp, Ordering::Relaxed);
-            lru.queue.push_back((Arc::clone(entry), stamp));
-            // Drop stale items once they outnumber live registrations, so
-            // the queue stays proportional to the cache.
+            let slot = entry.lru_slot.load(Ordering::Relaxed);
+            if slot != lru::NIL {
+                lru.list.move_to_back(slot);
+            } else if let Some(slot) = lru.list.push_back(Arc::clone(entry)) {
+                entry.lru_slot.store(slot, Ordering::Relaxed);
+            }
+            // Entries that left the index stay listed until met; sweep them
+            // once they could outnumber the live ones.
             let live = self.live_count.load(Ordering::Relaxed);
-            if lru.queue.len() > 2 * live + 64 {
-                let mut stale = VecDeque::new();
-                core::mem::swap(&mut stale, &mut lru.queue);
-                let (keep, drop_these): (VecDeque<_>, VecDeque<_>) =
-                    stale.into_iter().partition(|(e, s)| is_idle_at(e, *s));
-                lru.queue = keep;
-                Some(drop_these)
+            if lru.list.len() > 2 * live + 64 {
+                let mut gone = Vec::new();
+                lru.list
+                    .remove_where(|e| e.state.load(Ordering::Acquire) & GONE != 0, &mut gone);
+                for e in &gone {
+                    e.lru_slot.store(lru::NIL, Ordering::Relaxed);
+                }
+                gone
             } else {
-                None
+                Vec::new()
             }
         };
-        drop(stale);
+        drop(swept);
         self.evict_over_limits();
     }
 
@@ -1213,56 +1230,79 @@ impl<B: RegistrationBackend> Shared<B> {
 
     /// Deregisters least recently used idle entries while over the limits.
     fn evict_over_limits(&self) {
+        enum Front<E> {
+            Empty,
+            /// In use or out of the index: unlinked, to be dropped unlocked.
+            Stale(Option<E>),
+            Idle(E),
+        }
         while self.over_limits() {
-            // One item per hold of the LRU lock, so that stale items are
-            // dropped (possibly freeing them) with no lock held.
-            let candidate = loop {
-                let item = self.lru.lock().queue.pop_front();
-                match item {
-                    None => break None,
-                    Some((entry, stamp)) if is_idle_at(&entry, stamp) => {
-                        break Some((entry, stamp));
+            let front = {
+                let mut lru = self.lru.lock();
+                match lru.list.front() {
+                    None => Front::Empty,
+                    Some((_, entry)) if is_idle(entry) => Front::Idle(Arc::clone(entry)),
+                    Some((slot, _)) => {
+                        let stale = lru.list.remove(slot);
+                        if let Some(e) = &stale {
+                            e.lru_slot.store(lru::NIL, Ordering::Relaxed);
+                        }
+                        Front::Stale(stale)
                     }
-                    // Stale: it was used again (and is queued again when
-                    // idle) or it left the index.
-                    Some(stale) => drop(stale),
                 }
             };
-            let Some((entry, stamp)) = candidate else {
-                return;
+            let entry = match front {
+                Front::Empty => return,
+                Front::Stale(stale) => {
+                    drop(stale);
+                    continue;
+                }
+                Front::Idle(entry) => entry,
             };
-            let removed = {
+            let (removed, in_index) = {
                 let mut index = self.write_index();
                 // No reference can be taken while we hold the write lock, so
-                // a zero count stays zero until the entry is marked gone.
+                // an idle entry stays idle until it is marked gone.
                 let id = entry.node_id();
-                let still_idle = entry.idle_stamp.load(Ordering::Relaxed) == stamp
-                    && index
-                        .tree
-                        .get(id)
-                        .is_some_and(|slot| Arc::ptr_eq(&slot.entry, &entry))
-                    && entry.state.load(Ordering::Acquire) & (REFS_MASK | GONE) == 0;
-                if still_idle {
+                let in_index = index
+                    .tree
+                    .get(id)
+                    .is_some_and(|slot| Arc::ptr_eq(&slot.entry, &entry));
+                if in_index && is_idle(&entry) {
                     let old = entry.state.fetch_or(GONE, Ordering::AcqRel);
                     index.retired_hits += old / HIT_ONE;
-                    index.tree.remove(id)
+                    (index.tree.remove(id), true)
                 } else {
-                    None
+                    (None, in_index)
                 }
+            };
+            // Out of the list if evicted (or somehow not in the index). If a
+            // hit took it meanwhile, it stays: met again at the front as in
+            // use, or moved to the back by its put.
+            let listed = if removed.is_some() || !in_index {
+                let mut lru = self.lru.lock();
+                let slot = entry.lru_slot.swap(lru::NIL, Ordering::Relaxed);
+                if slot == lru::NIL {
+                    None
+                } else {
+                    lru.list.remove(slot)
+                }
+            } else {
+                None
             };
             if let Some(slot) = removed {
                 self.deregister(&entry);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
                 drop(slot);
             }
+            drop(listed);
         }
     }
 }
 
-/// Whether a queued LRU item still describes an idle entry in the index.
-fn is_idle_at<B: RegistrationBackend>(entry: &Entry<B>, stamp: u64) -> bool {
-    entry.idle_stamp.load(Ordering::Relaxed) == stamp
-        && entry.state.load(Ordering::Acquire) & (REFS_MASK | GONE) == 0
+/// Whether an entry is in the index with no reference.
+fn is_idle<B: RegistrationBackend>(entry: &Entry<B>) -> bool {
+    entry.state.load(Ordering::Acquire) & (REFS_MASK | GONE) == 0
 }
 
 /// Whether an indexed entry may be merged into a new registration of this
