@@ -221,9 +221,41 @@ fn invalidation(c: &mut Criterion) {
     group.finish();
 }
 
+/// Two threads doing get + put at once; the time is per pair per thread
+/// (wall time of `iters` pairs on each thread), to compare with
+/// `get_put_pair` on one thread.
+fn two_threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("regcache_hit_2_threads");
+    let s = setup(10_000, Layout::Random);
+    for (name, same) in [("same_buffer", true), ("own_buffers", false)] {
+        group.bench_function(format!("{name}/10000"), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                std::thread::scope(|scope| {
+                    for t in 0..2 {
+                        let s = &s;
+                        let addr = if same { s.bases[0] } else { s.bases[t * 100] } + 64;
+                        scope.spawn(move || {
+                            for _ in 0..iters {
+                                let reg = s
+                                    .cache
+                                    .get(black_box(addr), 256, Access::REMOTE_READ, s.transport)
+                                    .expect("hit");
+                                s.cache.put(reg);
+                            }
+                        });
+                    }
+                });
+                start.elapsed()
+            });
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).warm_up_time(Duration::from_millis(500));
-    targets = hits, invalidation
+    targets = hits, invalidation, two_threads
 }
 criterion_main!(benches);

@@ -820,20 +820,18 @@ impl<B: RegistrationBackend> RegCache<B> {
             return 0;
         }
         let last = addr.saturating_add(len - 1);
-        let removed = {
-            let mut index = self.shared.write_index();
-            let mut removed = 0usize;
-            while let Some(id) = index.tree.any_overlapping(addr, last) {
-                index.retire(id);
-                removed += 1;
-            }
-            index.note_invalidation(addr, last);
-            removed
-        };
+        let mut index = self.shared.write_index();
+        let mut removed = 0usize;
+        while let Some(id) = index.tree.any_overlapping(addr, last) {
+            index.retire(id);
+            removed += 1;
+        }
+        index.note_invalidation(addr, last);
         self.shared
             .invalidations
             .fetch_add(removed as u64, Ordering::Relaxed);
-        self.shared.drain_retired();
+        // Collects the first batch under this same hold of the lock.
+        self.shared.drain_retired(Some(index));
         removed
     }
 
@@ -891,7 +889,7 @@ impl<B: RegistrationBackend> Drop for RegCache<B> {
                 index.retire(id);
             }
         }
-        self.shared.drain_retired();
+        self.shared.drain_retired(None);
         // The list holds entries that hold the shared state: empty it to
         // break the cycle, and free it with no lock held.
         let listed = {
@@ -1046,7 +1044,7 @@ impl<B: RegistrationBackend> Shared<B> {
                 shared: Arc::clone(self),
             });
             if self.commit(&entry, seq, swallow) {
-                self.drain_retired();
+                self.drain_retired(None);
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 self.evict_over_limits();
                 return Ok(Registration { entry });
@@ -1146,12 +1144,19 @@ impl<B: RegistrationBackend> Shared<B> {
 
     /// Collects retired entries a few at a time and deregisters the idle
     /// ones, freeing everything with the lock released.
-    fn drain_retired(&self) {
+    ///
+    /// `held` is the write lock if the caller holds it: the first batch is
+    /// then taken without locking again.
+    fn drain_retired(&self, mut held: Option<RwLockWriteGuard<'_, Index<B>>>) {
         loop {
             let mut batch: [Option<(Slot<B>, bool)>; DRAIN_BATCH] = [const { None }; DRAIN_BATCH];
             let mut taken = 0;
             {
-                let mut index = self.write_index();
+                let mut index = match held.take() {
+                    Some(guard) => guard,
+                    None => self.write_index(),
+                };
+                // Moving values out of the arena neither allocates nor frees.
                 for cell in batch.iter_mut() {
                     match index.tree.take_retired() {
                         Some(item) => {
@@ -1162,13 +1167,15 @@ impl<B: RegistrationBackend> Shared<B> {
                     }
                 }
             }
-            if taken == 0 {
-                return;
-            }
             for (slot, idle) in batch.iter_mut().filter_map(Option::take) {
                 if idle {
                     self.deregister(&slot.entry);
                 }
+            }
+            if taken < DRAIN_BATCH {
+                // Empty now; entries retired later are drained by whoever
+                // retired them.
+                return;
             }
         }
     }
