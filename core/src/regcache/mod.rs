@@ -37,13 +37,22 @@
 //! On a miss, the cache widens the new registration over *idle* (reference
 //! count zero) entries of the same transport with exactly the same access
 //! that overlap the rounded range or touch it end to end, repeatedly, so
-//! that a chain of neighbours becomes one registration; the entries it
-//! swallowed are deregistered. Entries in use, of another transport or
+//! that a chain of neighbours becomes one registration; the idle entries it
+//! covers (also when it did not grow) are swallowed: taken out of the index
+//! and deregistered. Entries in use, of another transport or
 //! with other access are never merged (merging them would widen the rights
 //! on memory nobody asked for, or free something in use). If the backend
 //! refuses the widened range, the cache retries with the plain rounded
 //! range; if it refuses that too, `get` returns the backend's error and the
 //! cache is as it was. Merging can be turned off ([`RegCacheConfig::merge`]).
+//!
+//! # Index
+//!
+//! Entries are indexed by an interval tree (an AVL tree ordered by start
+//! address, each node carrying the largest end address below it), which
+//! holds overlapping and identical ranges and answers "which entries touch
+//! this range" in `O(log n + k)` for `k` answers, and "which entry covers
+//! this range" by one descent in the usual case.
 //!
 //! # Reference counts and the LRU list
 //!
@@ -54,7 +63,9 @@
 //! [`set_limits`](RegCache::set_limits)), it deregisters idle entries from
 //! the front of the list until it is under them again or no idle entry is
 //! left. Entries in use are never evicted, so the cache can stay over its
-//! limits while they are held.
+//! limits while they are held. The limits count every registration not yet
+//! deregistered, including invalidated ones still in use, since those pin
+//! memory too.
 //!
 //! # Invalidation
 //!
@@ -560,18 +571,31 @@ impl<B: RegistrationBackend> Index<B> {
 
 /// The LRU list: entries in the order of their last put. An entry is listed
 /// at most once; a hit leaves it where it is (hits take no LRU lock), so the
-/// list may hold entries in use, and entries that left the index; both are
-/// dropped from the list when met at its front or by a sweep.
+/// list may hold entries in use (dropped from the list when met at its
+/// front, listed again at their last put) and entries that left the index
+/// (dropped when met at the front or by a sweep).
 struct Lru<B: RegistrationBackend> {
     list: LruList<Arc<Entry<B>>>,
     /// Set when the cache is dropped; nothing is listed after that.
     closed: bool,
 }
 
+/// Keeps a lock word on a cache line of its own, so that the atomic adds of
+/// readers do not slow down unrelated fields.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> core::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// The state shared by a [`RegCache`] and its entries.
 struct Shared<B: RegistrationBackend> {
-    index: RwLock<Index<B>>,
-    lru: Mutex<Lru<B>>,
+    index: Padded<RwLock<Index<B>>>,
+    lru: Padded<Mutex<Lru<B>>>,
     miss_lock: Mutex<()>,
     transports: RwLock<Vec<Arc<B>>>,
     page_size: usize,
@@ -676,17 +700,17 @@ impl<B: RegistrationBackend> RegCache<B> {
 
     fn with_valid_config(config: RegCacheConfig) -> Self {
         let shared = Shared {
-            index: RwLock::new(Index {
+            index: Padded(RwLock::new(Index {
                 tree: IntervalTree::new(),
                 invalidation_seq: 0,
                 recent: [(0, 0); RECENT_INVALIDATIONS],
                 retired_hits: 0,
                 hints: Vec::new(),
-            }),
-            lru: Mutex::new(Lru {
+            })),
+            lru: Padded(Mutex::new(Lru {
                 list: LruList::new(),
                 closed: false,
-            }),
+            })),
             miss_lock: Mutex::new(()),
             transports: RwLock::new(Vec::new()),
             page_size: config.page_size,
