@@ -274,6 +274,17 @@ impl<T> IntervalTree<T> {
     /// itself. `first <= last` is the caller's promise.
     pub(crate) fn insert(&mut self, first: usize, last: usize, value: T) -> Result<NodeId, T> {
         debug_assert!(first <= last);
+        let reuse = self.free != NIL;
+        let idx = if reuse {
+            self.free
+        } else if self.nodes.len() < self.nodes.capacity() {
+            match u32::try_from(self.nodes.len()) {
+                Ok(idx) if idx != NIL => idx,
+                _ => return Err(value),
+            }
+        } else {
+            return Err(value);
+        };
         let fresh = Node {
             first,
             last,
@@ -284,23 +295,12 @@ impl<T> IntervalTree<T> {
             state: SlotState::Linked,
             value: Some(value),
         };
-        let idx = if self.free != NIL {
-            let idx = self.free;
+        if reuse {
             self.free = self.node(idx).left;
             *self.node_mut(idx) = fresh;
-            idx
-        } else if self.nodes.len() < self.nodes.capacity() {
-            let Ok(idx) = u32::try_from(self.nodes.len()) else {
-                return Err(fresh.value.expect("just built with a value"));
-            };
-            if idx == NIL {
-                return Err(fresh.value.expect("just built with a value"));
-            }
-            self.nodes.push(fresh);
-            idx
         } else {
-            return Err(fresh.value.expect("just built with a value"));
-        };
+            self.nodes.push(fresh);
+        }
         self.root = self.insert_at(self.root, idx);
         self.len += 1;
         Ok(NodeId(idx))
