@@ -1,1 +1,0 @@
-//! Registration cache (issue 3; not written yet).
