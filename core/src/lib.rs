@@ -12,7 +12,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[allow(unused_extern_crates)] // used once the core modules land
 extern crate alloc;
 #[cfg(test)]
 extern crate std;
