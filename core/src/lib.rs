@@ -3,6 +3,7 @@
 //! Everything here is plain data structures and protocol logic with no I/O,
 //! so that a runtime can embed it even without an operating system:
 //!
+//! - [`am`]: active-message protocol logic (address directory, fragments);
 //! - [`regcache`]: registration cache on an interval tree;
 //! - [`group`]: process-group representations with MPI group semantics;
 //! - [`buddy`]: the buddy allocator behind the symmetric heap;
@@ -16,6 +17,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod am;
 pub mod buddy;
 pub mod component;
 pub mod group;

@@ -623,6 +623,18 @@ impl Bootstrap {
         &self.job_key
     }
 
+    /// This process's place in the job, as components see it through
+    /// the plugin interface.
+    pub fn job_info(&self) -> fireopal_abi::host::JobInfo {
+        fireopal_abi::host::JobInfo {
+            rank: self.rank,
+            size: self.size,
+            local_rank: self.local_rank(),
+            local_size: self.local_size(),
+            job_key: *self.job_key.as_bytes(),
+        }
+    }
+
     /// Which launcher started this process.
     pub fn launcher(&self) -> &Launcher {
         &self.launcher

@@ -1,0 +1,401 @@
+//! Active-message protocol logic shared by every transport: the directory
+//! of endpoint addresses a process publishes, and the header of messages
+//! split into several fragments.
+//!
+//! Both are read from bytes another process wrote, so parsing checks every
+//! length before it trusts it and never panics.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+/// Why published or received bytes do not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseError {
+    /// The bytes end before a field does.
+    Truncated,
+    /// A count or length is beyond the protocol's limits.
+    TooLarge,
+    /// Bytes remain after the last entry.
+    TrailingBytes,
+    /// A name is not UTF-8.
+    BadName,
+    /// The format version is unknown.
+    UnknownVersion(u8),
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated => f.write_str("truncated"),
+            Self::TooLarge => f.write_str("length beyond the protocol's limit"),
+            Self::TrailingBytes => f.write_str("trailing bytes"),
+            Self::BadName => f.write_str("name is not UTF-8"),
+            Self::UnknownVersion(v) => write!(f, "unknown format version {v}"),
+        }
+    }
+}
+
+impl core::error::Error for ParseError {}
+
+/// A cursor over untrusted bytes.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ParseError> {
+        if self.bytes.len() < n {
+            return Err(ParseError::Truncated);
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], ParseError> {
+        self.take(N)?.try_into().map_err(|_| ParseError::Truncated)
+    }
+
+    fn u8(&mut self) -> Result<u8, ParseError> {
+        self.array::<1>().map(|[b]| b)
+    }
+
+    fn u16(&mut self) -> Result<u16, ParseError> {
+        self.array().map(u16::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, ParseError> {
+        self.array().map(u64::from_le_bytes)
+    }
+}
+
+/// Version of the directory format.
+pub const DIRECTORY_VERSION: u8 = 1;
+/// Most modules one process may publish.
+pub const MAX_DIRECTORY_ENTRIES: usize = 256;
+/// Longest address one module may publish.
+pub const MAX_ADDRESS_LEN: usize = 4096;
+
+/// One module's published address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectoryEntry<'a> {
+    /// Component name, e.g. `tcp`.
+    pub component: &'a str,
+    /// Module index within the component (interface, device or link).
+    pub index: u16,
+    /// The module's address bytes.
+    pub address: &'a [u8],
+}
+
+/// Why a directory cannot be encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodeError {
+    /// More than [`MAX_DIRECTORY_ENTRIES`] entries.
+    TooManyEntries,
+    /// A component name longer than 255 bytes.
+    NameTooLong,
+    /// An address longer than [`MAX_ADDRESS_LEN`].
+    AddressTooLong,
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooManyEntries => write!(f, "more than {MAX_DIRECTORY_ENTRIES} modules"),
+            Self::NameTooLong => f.write_str("component name longer than 255 bytes"),
+            Self::AddressTooLong => write!(f, "address longer than {MAX_ADDRESS_LEN} bytes"),
+        }
+    }
+}
+
+impl core::error::Error for EncodeError {}
+
+/// Encodes the directory a process publishes:
+/// `version u8, count u16, { name_len u8, name, index u16, addr_len u16, addr }*`.
+pub fn encode_directory(entries: &[DirectoryEntry<'_>]) -> Result<Vec<u8>, EncodeError> {
+    if entries.len() > MAX_DIRECTORY_ENTRIES {
+        return Err(EncodeError::TooManyEntries);
+    }
+    let mut out = Vec::new();
+    out.push(DIRECTORY_VERSION);
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for e in entries {
+        let name_len = u8::try_from(e.component.len()).map_err(|_| EncodeError::NameTooLong)?;
+        if e.address.len() > MAX_ADDRESS_LEN {
+            return Err(EncodeError::AddressTooLong);
+        }
+        out.push(name_len);
+        out.extend_from_slice(e.component.as_bytes());
+        out.extend_from_slice(&e.index.to_le_bytes());
+        out.extend_from_slice(&(e.address.len() as u16).to_le_bytes());
+        out.extend_from_slice(e.address);
+    }
+    Ok(out)
+}
+
+/// Parses a directory published by a peer.
+///
+/// ```
+/// use fireopal_core::am::{decode_directory, encode_directory, DirectoryEntry};
+/// let e = DirectoryEntry { component: "tcp", index: 1, address: b"10.0.0.1:5000" };
+/// let bytes = encode_directory(&[e]).unwrap();
+/// assert_eq!(decode_directory(&bytes).unwrap(), [e]);
+/// assert!(decode_directory(&bytes[..bytes.len() - 1]).is_err());
+/// ```
+pub fn decode_directory(bytes: &[u8]) -> Result<Vec<DirectoryEntry<'_>>, ParseError> {
+    let mut r = Reader { bytes };
+    let version = r.u8()?;
+    if version != DIRECTORY_VERSION {
+        return Err(ParseError::UnknownVersion(version));
+    }
+    let count = usize::from(r.u16()?);
+    if count > MAX_DIRECTORY_ENTRIES {
+        return Err(ParseError::TooLarge);
+    }
+    let mut entries = Vec::with_capacity(count);
+    for _ in 0..count {
+        let name_len = usize::from(r.u8()?);
+        let component = core::str::from_utf8(r.take(name_len)?).map_err(|_| ParseError::BadName)?;
+        let index = r.u16()?;
+        let addr_len = usize::from(r.u16()?);
+        if addr_len > MAX_ADDRESS_LEN {
+            return Err(ParseError::TooLarge);
+        }
+        let address = r.take(addr_len)?;
+        entries.push(DirectoryEntry {
+            component,
+            index,
+            address,
+        });
+    }
+    if !r.bytes.is_empty() {
+        return Err(ParseError::TrailingBytes);
+    }
+    Ok(entries)
+}
+
+/// Header of the first fragment of a message too large for one fragment:
+/// the message's own tag, its header length and its payload length. The
+/// message's header follows, then the first part of the payload; later
+/// fragments carry only payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstFragment {
+    /// Tag of the whole message.
+    pub tag: u8,
+    /// Length of the message's header (carried in this fragment).
+    pub header_len: u16,
+    /// Length of the whole payload.
+    pub payload_len: u64,
+}
+
+impl FirstFragment {
+    /// Encoded size.
+    pub const LEN: usize = 11;
+
+    /// Encodes into the first [`Self::LEN`] bytes of the fragment header.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = self.tag;
+        b[1..3].copy_from_slice(&self.header_len.to_le_bytes());
+        b[3..11].copy_from_slice(&self.payload_len.to_le_bytes());
+        b
+    }
+
+    /// Parses a first-fragment header, checking the payload length against
+    /// `max_payload` (the receiver's limit on message size) and that the
+    /// message's header fits in what was received.
+    pub fn parse(header: &[u8], max_payload: u64) -> Result<(Self, &[u8]), ParseError> {
+        let mut r = Reader { bytes: header };
+        let tag = r.u8()?;
+        let header_len = r.u16()?;
+        let payload_len = r.u64()?;
+        if payload_len > max_payload {
+            return Err(ParseError::TooLarge);
+        }
+        let inner = r.take(usize::from(header_len))?;
+        if !r.bytes.is_empty() {
+            return Err(ParseError::TrailingBytes);
+        }
+        Ok((
+            Self {
+                tag,
+                header_len,
+                payload_len,
+            },
+            inner,
+        ))
+    }
+}
+
+/// Reassembles one peer's fragmented message; fragments of a message
+/// arrive consecutively and in order on one module.
+#[derive(Debug, Default)]
+pub struct Reassembly {
+    current: Option<(u8, Vec<u8>, Vec<u8>, u64)>,
+}
+
+/// What a fragment completed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reassembled {
+    /// More fragments are needed.
+    Partial,
+    /// The whole message: tag, header, payload.
+    Complete(u8, Vec<u8>, Vec<u8>),
+}
+
+/// A fragment that does not fit the message being reassembled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReassemblyError {
+    /// The first-fragment header is malformed.
+    Header(ParseError),
+    /// A first fragment arrived while another message was incomplete.
+    Interleaved,
+    /// A continuation arrived with no message in progress.
+    Orphan,
+    /// More payload arrived than announced.
+    Overrun,
+}
+
+impl fmt::Display for ReassemblyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Header(e) => write!(f, "bad first fragment: {e}"),
+            Self::Interleaved => f.write_str("new message started before the last one ended"),
+            Self::Orphan => f.write_str("continuation fragment without a first fragment"),
+            Self::Overrun => f.write_str("more payload than announced"),
+        }
+    }
+}
+
+impl core::error::Error for ReassemblyError {}
+
+impl Reassembly {
+    /// Whether a message is half received.
+    pub fn in_progress(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Takes a first fragment.
+    pub fn first(
+        &mut self,
+        header: &[u8],
+        payload: &[u8],
+        max_payload: u64,
+    ) -> Result<Reassembled, ReassemblyError> {
+        if self.current.is_some() {
+            return Err(ReassemblyError::Interleaved);
+        }
+        let (first, inner) =
+            FirstFragment::parse(header, max_payload).map_err(ReassemblyError::Header)?;
+        if payload.len() as u64 > first.payload_len {
+            return Err(ReassemblyError::Overrun);
+        }
+        let mut data = Vec::new();
+        // The announced length is bounded by `max_payload`; reserve it once.
+        data.reserve_exact(first.payload_len as usize);
+        data.extend_from_slice(payload);
+        self.current = Some((first.tag, inner.to_vec(), data, first.payload_len));
+        Ok(self.finish_if_complete())
+    }
+
+    /// Takes a continuation fragment.
+    pub fn next(&mut self, payload: &[u8]) -> Result<Reassembled, ReassemblyError> {
+        let Some((_, _, data, total)) = self.current.as_mut() else {
+            return Err(ReassemblyError::Orphan);
+        };
+        if data.len() as u64 + payload.len() as u64 > *total {
+            self.current = None;
+            return Err(ReassemblyError::Overrun);
+        }
+        data.extend_from_slice(payload);
+        Ok(self.finish_if_complete())
+    }
+
+    fn finish_if_complete(&mut self) -> Reassembled {
+        match &self.current {
+            Some((_, _, data, total)) if data.len() as u64 == *total => {
+                let Some((tag, header, data, _)) = self.current.take() else {
+                    return Reassembled::Partial;
+                };
+                Reassembled::Complete(tag, header, data)
+            }
+            _ => Reassembled::Partial,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_round_trip_and_rejects() {
+        let entries = [
+            DirectoryEntry {
+                component: "self",
+                index: 0,
+                address: &[1, 0, 0, 0],
+            },
+            DirectoryEntry {
+                component: "tcp",
+                index: 3,
+                address: b"",
+            },
+        ];
+        let bytes = encode_directory(&entries).unwrap();
+        assert_eq!(decode_directory(&bytes).unwrap(), entries);
+        for cut in 0..bytes.len() {
+            assert!(decode_directory(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert_eq!(decode_directory(&extra), Err(ParseError::TrailingBytes));
+        let mut v2 = bytes.clone();
+        v2[0] = 2;
+        assert_eq!(decode_directory(&v2), Err(ParseError::UnknownVersion(2)));
+        assert_eq!(
+            decode_directory(&[1, 0xff, 0xff]),
+            Err(ParseError::TooLarge)
+        );
+        let long = [0u8; MAX_ADDRESS_LEN + 1];
+        let e = DirectoryEntry {
+            component: "x",
+            index: 0,
+            address: &long,
+        };
+        assert_eq!(encode_directory(&[e]), Err(EncodeError::AddressTooLong));
+    }
+
+    #[test]
+    fn reassembly() {
+        let mut r = Reassembly::default();
+        let mut h = FirstFragment {
+            tag: 9,
+            header_len: 2,
+            payload_len: 5,
+        }
+        .encode()
+        .to_vec();
+        h.extend_from_slice(b"hd");
+        assert_eq!(r.first(&h, b"ab", 100), Ok(Reassembled::Partial));
+        assert_eq!(r.first(&h, b"ab", 100), Err(ReassemblyError::Interleaved));
+        assert_eq!(r.next(b"cd"), Ok(Reassembled::Partial));
+        assert_eq!(
+            r.next(b"e"),
+            Ok(Reassembled::Complete(9, b"hd".to_vec(), b"abcde".to_vec()))
+        );
+        assert_eq!(r.next(b"x"), Err(ReassemblyError::Orphan));
+        assert_eq!(r.first(&h, b"abcdef", 100), Err(ReassemblyError::Overrun));
+        assert!(matches!(
+            r.first(&h, b"", 4),
+            Err(ReassemblyError::Header(ParseError::TooLarge))
+        ));
+        assert!(matches!(
+            r.first(&h[..5], b"", 100),
+            Err(ReassemblyError::Header(ParseError::Truncated))
+        ));
+        r.first(&h, b"abc", 100).unwrap();
+        assert_eq!(r.next(b"xyz"), Err(ReassemblyError::Overrun));
+        assert!(!r.in_progress());
+    }
+}

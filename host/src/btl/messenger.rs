@@ -1,0 +1,772 @@
+//! [`Messenger`]: module setup, routes and the active-message API.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RResult, RSlice};
+use fireopal_abi::btl::{
+    BtlAttributes, BtlEventSink, BtlEventSink_TO, BtlModuleBox, Completion, PeerAddress, Rank,
+    Reachability, SendiOutcome,
+};
+use fireopal_abi::PluginError;
+use fireopal_core::am::{
+    decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
+};
+
+use crate::bootstrap::Bootstrap;
+use crate::plugin::Registry;
+
+/// Tags from here up belong to the framework.
+pub const FIRST_RESERVED_TAG: u8 = 0xF0;
+const TAG_FRAG_FIRST: u8 = 0xFF;
+const TAG_FRAG_NEXT: u8 = 0xFE;
+/// Bootstrap key of each process's module directory.
+const DIRECTORY_KEY: &str = "btl-directory";
+/// Largest message a peer may announce (fragmented messages allocate it).
+const MAX_MESSAGE: u64 = 1 << 32;
+
+/// A received active message, valid during the handler call only.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    /// Sender's rank.
+    pub peer: Rank,
+    /// Tag it was sent with.
+    pub tag: u8,
+    /// Header bytes.
+    pub header: &'a [u8],
+    /// Payload bytes.
+    pub payload: &'a [u8],
+}
+
+type Handler = Box<dyn FnMut(&Incoming<'_>)>;
+
+/// Identifies a send whose completion comes later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SendId(pub u64);
+
+/// What [`Messenger::send`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendTicket {
+    /// The message left (or was copied by the module); nothing follows.
+    Done,
+    /// The module finishes it later; [`Messenger::take_completions`]
+    /// reports it exactly once.
+    Pending(SendId),
+}
+
+/// Why the framework could not start.
+#[derive(Debug)]
+pub enum InitError {
+    /// A selected component failed to open.
+    Open(crate::plugin::OpenError),
+    /// A module failed a setup call.
+    Module {
+        /// Component name.
+        component: String,
+        /// What it said.
+        error: PluginError,
+    },
+    /// The directory could not be published or read.
+    Bootstrap(String),
+    /// A peer's directory did not parse.
+    BadDirectory {
+        /// The peer.
+        peer: Rank,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl fmt::Display for InitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Open(e) => write!(f, "opening transports: {e}"),
+            Self::Module { component, error } => write!(f, "btl {component}: {error}"),
+            Self::Bootstrap(e) => write!(f, "exchanging transport addresses: {e}"),
+            Self::BadDirectory { peer, reason } => {
+                write!(f, "rank {peer} published a malformed address directory: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InitError {}
+
+/// Why a send failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// No rank of that number.
+    NoSuchPeer(Rank),
+    /// No module reaches the peer.
+    Unreachable(Rank),
+    /// The peer failed earlier.
+    PeerFailed {
+        /// The peer.
+        peer: Rank,
+        /// Why.
+        reason: String,
+    },
+    /// Tags from [`FIRST_RESERVED_TAG`] are the framework's.
+    ReservedTag(u8),
+    /// The header is longer than the module accepts.
+    HeaderTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The module refused.
+    Module(PluginError),
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSuchPeer(p) => write!(f, "no rank {p} in this job"),
+            Self::Unreachable(p) => write!(f, "no transport reaches rank {p}"),
+            Self::PeerFailed { peer, reason } => write!(f, "rank {peer} failed: {reason}"),
+            Self::ReservedTag(t) => write!(f, "tag {t:#x} is reserved for the framework"),
+            Self::HeaderTooLong { len, max } => {
+                write!(f, "header of {len} bytes exceeds the limit of {max}")
+            }
+            Self::Module(e) => write!(f, "transport error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Why `progress` failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgressError {
+    /// A module's progress failed.
+    Module {
+        /// Component name.
+        component: String,
+        /// What it said.
+        error: PluginError,
+    },
+}
+
+impl fmt::Display for ProgressError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Module { component, error } => write!(f, "btl {component}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for ProgressError {}
+
+/// The module chosen for a peer, for logs and benchmarks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteInfo {
+    /// Component name of the module used.
+    pub component: String,
+    /// Module index within the component.
+    pub index: usize,
+    /// Every module that reaches the peer, best first:
+    /// `(component, index, exclusivity, latency_ns)`.
+    pub candidates: Vec<(String, usize, u32, u32)>,
+}
+
+struct ModuleSlot {
+    component: String,
+    index: usize,
+    module: BtlModuleBox,
+    attrs: BtlAttributes,
+}
+
+#[derive(Default)]
+struct Route {
+    /// Modules usable for this peer, best first.
+    modules: Vec<usize>,
+    /// All modules reaching it, best first (for reports).
+    candidates: Vec<usize>,
+    failed: Option<String>,
+}
+
+/// A send split into several module operations.
+struct Outstanding {
+    id: SendId,
+    parts_left: usize,
+    error: Option<SendError>,
+}
+
+/// The active-message endpoint of one process. See the module docs.
+pub struct Messenger {
+    rank: Rank,
+    size: u32,
+    slots: Vec<ModuleSlot>,
+    routes: Vec<Route>,
+    handlers: Vec<Option<Handler>>,
+    next_cookie: u64,
+    next_send: u64,
+    /// cookie -> index into `outstanding`
+    cookies: HashMap<u64, SendId>,
+    outstanding: HashMap<SendId, Outstanding>,
+    completions: Vec<(SendId, Result<(), SendError>)>,
+    failures: Vec<(Rank, String)>,
+    reassembly: HashMap<(usize, Rank), Reassembly>,
+}
+
+impl fmt::Debug for Messenger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Messenger")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field(
+                "modules",
+                &self
+                    .slots
+                    .iter()
+                    .map(|s| format!("{}[{}]", s.component, s.index))
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Messenger {
+    /// Opens every module of every selected BTL, exchanges addresses with
+    /// the job (collective: every rank must call it) and builds routes.
+    pub fn init(registry: &Registry, boot: &mut Bootstrap) -> Result<Self, InitError> {
+        let rank = boot.rank();
+        let size = boot.size();
+        let mut slots = Vec::new();
+        for component in registry.selected_btls() {
+            let modules = registry.open_btl(component).map_err(InitError::Open)?;
+            for (index, module) in modules.into_iter().enumerate() {
+                let name = component.name().to_owned();
+                let attrs = module.attributes().into_result().map_err(|error| {
+                    InitError::Module {
+                        component: name.clone(),
+                        error,
+                    }
+                })?;
+                slots.push(ModuleSlot {
+                    component: name,
+                    index,
+                    module,
+                    attrs,
+                });
+            }
+        }
+        let mut addresses = Vec::with_capacity(slots.len());
+        for s in &slots {
+            let a = s.module.address().into_result().map_err(|error| InitError::Module {
+                component: s.component.clone(),
+                error,
+            })?;
+            addresses.push(a.into_vec());
+        }
+        let entries: Vec<DirectoryEntry<'_>> = slots
+            .iter()
+            .zip(&addresses)
+            .map(|(s, a)| DirectoryEntry {
+                component: &s.component,
+                index: u16::try_from(s.index).unwrap_or(u16::MAX),
+                address: a,
+            })
+            .collect();
+        let directory = encode_directory(&entries).map_err(|e| InitError::Bootstrap(e.to_string()))?;
+        boot.put(DIRECTORY_KEY, &directory)
+            .map_err(|e| InitError::Bootstrap(e.to_string()))?;
+        boot.fence().map_err(|e| InitError::Bootstrap(e.to_string()))?;
+
+        // For every local module, the address each peer published for the
+        // same (component, index).
+        let mut peer_addresses: Vec<Vec<(Rank, Vec<u8>)>> = vec![Vec::new(); slots.len()];
+        for peer in 0..size {
+            let bytes = boot
+                .get(peer, DIRECTORY_KEY)
+                .map_err(|e| InitError::Bootstrap(e.to_string()))?;
+            let dir = decode_directory(&bytes).map_err(|e| InitError::BadDirectory {
+                peer,
+                reason: e.to_string(),
+            })?;
+            for entry in dir {
+                if let Some(i) = slots.iter().position(|s| {
+                    s.component == entry.component && s.index == usize::from(entry.index)
+                }) {
+                    if let Some(list) = peer_addresses.get_mut(i) {
+                        list.push((peer, entry.address.to_vec()));
+                    }
+                }
+            }
+        }
+
+        let local: Vec<u32> = boot.local_ranks().to_vec();
+        let mut reach: Vec<Vec<usize>> = vec![Vec::new(); size as usize];
+        for (i, (slot, peers)) in slots.iter_mut().zip(&peer_addresses).enumerate() {
+            if peers.is_empty() {
+                continue;
+            }
+            let list: Vec<PeerAddress<'_>> = peers
+                .iter()
+                .map(|(r, a)| PeerAddress {
+                    rank: *r,
+                    node_local: local.contains(r),
+                    address: RSlice::from_slice(a),
+                })
+                .collect();
+            let answers = slot
+                .module
+                .add_peers(RSlice::from_slice(&list))
+                .into_result()
+                .map_err(|error| InitError::Module {
+                    component: slot.component.clone(),
+                    error,
+                })?;
+            for ((r, _), answer) in peers.iter().zip(answers.iter()) {
+                if *answer == Reachability::Reachable {
+                    if let Some(v) = reach.get_mut(*r as usize) {
+                        v.push(i);
+                    }
+                }
+            }
+        }
+
+        let routes = reach
+            .into_iter()
+            .map(|mut mods| {
+                mods.sort_by_key(|&i| {
+                    let a = &slots[i].attrs;
+                    (std::cmp::Reverse(a.exclusivity), a.latency_ns)
+                });
+                let best = mods.first().map(|&i| slots[i].attrs.exclusivity);
+                let usable = mods
+                    .iter()
+                    .copied()
+                    .filter(|&i| Some(slots[i].attrs.exclusivity) == best)
+                    .collect();
+                Route {
+                    modules: usable,
+                    candidates: mods,
+                    failed: None,
+                }
+            })
+            .collect();
+
+        let mut handlers = Vec::with_capacity(256);
+        handlers.resize_with(256, || None);
+        let m = Self {
+            rank,
+            size,
+            slots,
+            routes,
+            handlers,
+            next_cookie: 1,
+            next_send: 1,
+            cookies: HashMap::new(),
+            outstanding: HashMap::new(),
+            completions: Vec::new(),
+            failures: Vec::new(),
+            reassembly: HashMap::new(),
+        };
+        if registry.params().str_value("log_level") == Some("debug") {
+            for peer in 0..size {
+                match m.route(peer) {
+                    Some(r) => eprintln!(
+                        "fireopal[{rank}] btl: rank {peer} via {}[{}] (candidates {:?})",
+                        r.component, r.index, r.candidates
+                    ),
+                    None => eprintln!("fireopal[{rank}] btl: rank {peer} unreachable"),
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// Number of processes.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The module used for `peer`, and every candidate, best first.
+    pub fn route(&self, peer: Rank) -> Option<RouteInfo> {
+        let route = self.routes.get(peer as usize)?;
+        let first = *route.modules.first()?;
+        let slot = self.slots.get(first)?;
+        Some(RouteInfo {
+            component: slot.component.clone(),
+            index: slot.index,
+            candidates: route
+                .candidates
+                .iter()
+                .filter_map(|&i| self.slots.get(i))
+                .map(|s| {
+                    (
+                        s.component.clone(),
+                        s.index,
+                        s.attrs.exclusivity,
+                        s.attrs.latency_ns,
+                    )
+                })
+                .collect(),
+        })
+    }
+
+    /// Attributes of the module used for `peer`.
+    pub fn attributes(&self, peer: Rank) -> Option<BtlAttributes> {
+        let i = *self.routes.get(peer as usize)?.modules.first()?;
+        self.slots.get(i).map(|s| s.attrs)
+    }
+
+    /// Installs the handler of `tag`, replacing any earlier one. Tags from
+    /// [`FIRST_RESERVED_TAG`] are refused.
+    pub fn register(
+        &mut self,
+        tag: u8,
+        handler: impl FnMut(&Incoming<'_>) + 'static,
+    ) -> Result<(), SendError> {
+        if tag >= FIRST_RESERVED_TAG {
+            return Err(SendError::ReservedTag(tag));
+        }
+        if let Some(h) = self.handlers.get_mut(usize::from(tag)) {
+            *h = Some(Box::new(handler));
+        }
+        Ok(())
+    }
+
+    fn module_for(&self, peer: Rank) -> Result<usize, SendError> {
+        let route = self
+            .routes
+            .get(peer as usize)
+            .ok_or(SendError::NoSuchPeer(peer))?;
+        if let Some(reason) = &route.failed {
+            return Err(SendError::PeerFailed {
+                peer,
+                reason: reason.clone(),
+            });
+        }
+        route
+            .modules
+            .first()
+            .copied()
+            .ok_or(SendError::Unreachable(peer))
+    }
+
+    /// Sends an active message. Tries `sendi`, then `send`; splits messages
+    /// larger than the module's `max_send_size`. The buffers may be reused
+    /// as soon as this returns.
+    pub fn send(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        if tag >= FIRST_RESERVED_TAG {
+            return Err(SendError::ReservedTag(tag));
+        }
+        let i = self.module_for(peer)?;
+        let attrs = self.slots[i].attrs;
+        let max_header = attrs.max_header_size as usize;
+        let total = header.len() as u64 + payload.len() as u64;
+        if total <= attrs.max_send_size {
+            if header.len() > max_header {
+                return Err(SendError::HeaderTooLong {
+                    len: header.len(),
+                    max: max_header,
+                });
+            }
+            return self.send_one(i, peer, tag, header, payload);
+        }
+        self.send_fragmented(i, peer, tag, header, payload)
+    }
+
+    fn send_one(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        let slot = &mut self.slots[i];
+        let h = RSlice::from_slice(header);
+        let p = RSlice::from_slice(payload);
+        if header.len() as u64 + payload.len() as u64 <= slot.attrs.max_sendi_size {
+            match slot.module.sendi(peer, tag, h, p).into_result() {
+                Ok(SendiOutcome::Sent) => return Ok(SendTicket::Done),
+                Ok(SendiOutcome::Busy) => {}
+                Err(e) => return Err(SendError::Module(e)),
+            }
+        }
+        let cookie = self.next_cookie;
+        match slot.module.send(peer, tag, h, p, cookie).into_result() {
+            Ok(Completion::Done) => Ok(SendTicket::Done),
+            Ok(Completion::Pending) => {
+                self.next_cookie += 1;
+                let id = SendId(self.next_send);
+                self.next_send += 1;
+                self.cookies.insert(cookie, id);
+                self.outstanding.insert(
+                    id,
+                    Outstanding {
+                        id,
+                        parts_left: 1,
+                        error: None,
+                    },
+                );
+                Ok(SendTicket::Pending(id))
+            }
+            Err(e) => Err(SendError::Module(e)),
+        }
+    }
+
+    fn send_fragmented(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        let attrs = self.slots[i].attrs;
+        let max_header = attrs.max_header_size as usize;
+        let first_len = FirstFragment::LEN + header.len();
+        if first_len > max_header || first_len as u64 >= attrs.max_send_size {
+            return Err(SendError::HeaderTooLong {
+                len: header.len(),
+                max: max_header.saturating_sub(FirstFragment::LEN),
+            });
+        }
+        let mut first = FirstFragment {
+            tag,
+            header_len: u16::try_from(header.len()).unwrap_or(u16::MAX),
+            payload_len: payload.len() as u64,
+        }
+        .encode()
+        .to_vec();
+        first.extend_from_slice(header);
+        let chunk = usize::try_from(attrs.max_send_size).unwrap_or(usize::MAX);
+        let first_chunk = chunk - first.len();
+        let id = SendId(self.next_send);
+        self.next_send += 1;
+        let mut parts = 0usize;
+        let mut offset = 0usize;
+        let mut result = Ok(());
+        while offset < payload.len() || offset == 0 {
+            let (tag_now, hdr, room): (u8, &[u8], usize) = if offset == 0 {
+                (TAG_FRAG_FIRST, &first, first_chunk)
+            } else {
+                (TAG_FRAG_NEXT, &[], chunk)
+            };
+            let end = payload.len().min(offset + room);
+            let part = &payload[offset..end];
+            let cookie = self.next_cookie;
+            let slot = &mut self.slots[i];
+            match slot
+                .module
+                .send(peer, tag_now, RSlice::from_slice(hdr), RSlice::from_slice(part), cookie)
+                .into_result()
+            {
+                Ok(Completion::Done) => {}
+                Ok(Completion::Pending) => {
+                    self.next_cookie += 1;
+                    self.cookies.insert(cookie, id);
+                    parts += 1;
+                }
+                Err(e) => {
+                    // The peer now holds a partial message; it is unusable.
+                    let reason = format!("fragmented send failed midway: {e}");
+                    if let Some(r) = self.routes.get_mut(peer as usize) {
+                        r.failed.get_or_insert(reason);
+                    }
+                    result = Err(SendError::Module(e));
+                    break;
+                }
+            }
+            offset = end;
+            if offset >= payload.len() {
+                break;
+            }
+        }
+        if parts == 0 {
+            return result.map(|()| SendTicket::Done);
+        }
+        self.outstanding.insert(
+            id,
+            Outstanding {
+                id,
+                parts_left: parts,
+                error: result.clone().err(),
+            },
+        );
+        result.map(|()| SendTicket::Pending(id))
+    }
+
+    /// Drives every module once: delivers arrived messages to their
+    /// handlers and collects completions. Returns how many events the
+    /// modules reported. A panic in a handler resumes here, after the
+    /// module's call returned.
+    pub fn progress(&mut self) -> Result<usize, ProgressError> {
+        let mut events = 0;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let mut sink = Sink {
+                module: i,
+                handlers: &mut self.handlers,
+                reassembly: &mut self.reassembly,
+                cookies: &mut self.cookies,
+                outstanding: &mut self.outstanding,
+                completions: &mut self.completions,
+                failures: &mut self.failures,
+                routes: &mut self.routes,
+                panic: None,
+            };
+            let result = slot
+                .module
+                .progress(BtlEventSink_TO::from_ptr(&mut sink, TD_Opaque));
+            if let Some(payload) = sink.panic.take() {
+                resume_unwind(payload);
+            }
+            match result {
+                RResult::ROk(n) => events += n as usize,
+                RResult::RErr(error) => {
+                    return Err(ProgressError::Module {
+                        component: slot.component.clone(),
+                        error,
+                    })
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Completions of sends that answered [`SendTicket::Pending`], each
+    /// reported once.
+    pub fn take_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
+        std::mem::take(&mut self.completions)
+    }
+
+    /// Number of sends not yet complete.
+    pub fn pending_sends(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// Peers reported failed since the last call, with the reason.
+    pub fn take_failures(&mut self) -> Vec<(Rank, String)> {
+        std::mem::take(&mut self.failures)
+    }
+
+    /// Whether `peer` failed.
+    pub fn peer_failed(&self, peer: Rank) -> Option<&str> {
+        self.routes.get(peer as usize)?.failed.as_deref()
+    }
+}
+
+/// The host side of a module's `progress` call.
+struct Sink<'a> {
+    module: usize,
+    handlers: &'a mut Vec<Option<Handler>>,
+    reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
+    cookies: &'a mut HashMap<u64, SendId>,
+    outstanding: &'a mut HashMap<SendId, Outstanding>,
+    completions: &'a mut Vec<(SendId, Result<(), SendError>)>,
+    failures: &'a mut Vec<(Rank, String)>,
+    routes: &'a mut Vec<Route>,
+    panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Sink<'_> {
+    fn dispatch(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        if self.panic.is_some() {
+            return;
+        }
+        let Some(Some(handler)) = self.handlers.get_mut(usize::from(tag)) else {
+            return;
+        };
+        let msg = Incoming {
+            peer,
+            tag,
+            header,
+            payload,
+        };
+        // A panic must not unwind into the module's frames (it would abort
+        // the process): keep it and resume once the module has returned.
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| handler(&msg))) {
+            self.panic = Some(p);
+        }
+    }
+
+    fn fail_peer(&mut self, peer: Rank, reason: String) {
+        if let Some(r) = self.routes.get_mut(peer as usize) {
+            if r.failed.is_none() {
+                r.failed = Some(reason.clone());
+                self.failures.push((peer, reason));
+            }
+        }
+    }
+
+    fn complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
+        let Some(id) = self.cookies.remove(&cookie) else {
+            return;
+        };
+        let Some(o) = self.outstanding.get_mut(&id) else {
+            return;
+        };
+        if let Err(e) = status {
+            o.error.get_or_insert(SendError::Module(e));
+        }
+        o.parts_left = o.parts_left.saturating_sub(1);
+        if o.parts_left == 0 {
+            if let Some(o) = self.outstanding.remove(&id) {
+                self.completions.push((o.id, o.error.map_or(Ok(()), Err)));
+            }
+        }
+    }
+}
+
+impl BtlEventSink for Sink<'_> {
+    fn deliver(&mut self, peer: Rank, tag: u8, header: RSlice<'_, u8>, payload: RSlice<'_, u8>) {
+        let key = (self.module, peer);
+        let step = match tag {
+            TAG_FRAG_FIRST => self.reassembly.entry(key).or_default().first(
+                header.as_slice(),
+                payload.as_slice(),
+                MAX_MESSAGE,
+            ),
+            TAG_FRAG_NEXT => self
+                .reassembly
+                .entry(key)
+                .or_default()
+                .next(payload.as_slice()),
+            _ => {
+                self.dispatch(peer, tag, header.as_slice(), payload.as_slice());
+                return;
+            }
+        };
+        match step {
+            Ok(Reassembled::Partial) => {}
+            Ok(Reassembled::Complete(tag, h, p)) => {
+                self.reassembly.remove(&key);
+                self.dispatch(peer, tag, &h, &p);
+            }
+            Err(e) => {
+                self.reassembly.remove(&key);
+                self.fail_peer(peer, format!("protocol error from rank {peer}: {e}"));
+            }
+        }
+    }
+
+    fn send_complete(&mut self, cookie: u64, status: RResult<(), PluginError>) {
+        self.complete(cookie, status.into_result());
+    }
+
+    fn rdma_complete(&mut self, cookie: u64, status: RResult<(), PluginError>) {
+        self.complete(cookie, status.into_result());
+    }
+
+    fn peer_failed(&mut self, peer: Rank, error: PluginError) {
+        self.fail_peer(peer, error.to_string());
+    }
+}
