@@ -337,8 +337,17 @@ fn run(heap_size: u64, min_block: u64, ops: &[Op]) -> Result<Vec<Outcome>, TestC
     Ok(outcomes)
 }
 
+/// 192 cases by default; `PROPTEST_CASES` raises it for a longer hunt.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(192);
+    ProptestConfig::with_cases(cases)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(192))]
+    #![proptest_config(config())]
 
     #[test]
     fn agrees_with_the_model(

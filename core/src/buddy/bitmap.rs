@@ -1,9 +1,16 @@
 //! Bitmaps with summary words.
 //!
-//! Level 0 holds one bit per item; bit `i` of level `l + 1` says whether word
-//! `i` of level `l` is non-zero. The top level is a single word, so finding
-//! the lowest set bit reads one word per level (4 levels cover 2^24 items)
-//! and emptiness is one load.
+//! Level 0 holds one bit per item; bit `i` of level `l + 1` is set whenever
+//! word `i` of level `l` is non-zero. The top level is a single word, so
+//! finding the lowest item reads one word per level (4 levels cover 2^24
+//! items).
+//!
+//! Summary bits are cleared lazily: removing an item touches level 0 only,
+//! and a lookup that meets an empty word clears the stale bit above it and
+//! starts again. A free list that flips between empty and non-empty (the
+//! usual alloc/free pair) then costs one word write per change instead of
+//! one per level. An exact item count answers emptiness, and the lowest
+//! item is cached until it is removed, so repeated lookups cost one load.
 
 use alloc::vec::Vec;
 use core::mem::size_of;
@@ -24,6 +31,10 @@ pub(super) struct SummaryBitmap {
     levels: usize,
     /// Item bound given at creation.
     bits: usize,
+    /// Items in the set.
+    len: usize,
+    /// The lowest item, when known.
+    lowest: Option<usize>,
 }
 
 impl SummaryBitmap {
@@ -52,17 +63,26 @@ impl SummaryBitmap {
             level_start,
             levels,
             bits,
+            len: 0,
+            lowest: None,
         })
     }
 
-    /// Adds `i` (which must be below the bound).
+    /// Adds `i`, which must be below the bound and not in the set.
     #[inline]
     pub(super) fn insert(&mut self, i: usize) {
+        self.len += 1;
+        self.lowest = match self.lowest {
+            Some(lowest) => Some(lowest.min(i)),
+            None if self.len == 1 => Some(i),
+            None => None,
+        };
         let mut idx = i;
         for level in 0..self.levels {
             let w = &mut self.words[self.level_start[level] + idx / 64];
             let was = *w;
             *w = was | 1 << (idx % 64);
+            // A non-zero word already has its summary bit set.
             if was != 0 {
                 return;
             }
@@ -70,19 +90,16 @@ impl SummaryBitmap {
         }
     }
 
-    /// Removes `i`; returns true when the set is empty afterwards.
+    /// Removes `i`, which must be in the set; returns true when the set is
+    /// empty afterwards.
     #[inline]
     pub(super) fn remove(&mut self, i: usize) -> bool {
-        let mut idx = i;
-        for level in 0..self.levels {
-            let w = &mut self.words[self.level_start[level] + idx / 64];
-            *w &= !(1 << (idx % 64));
-            if *w != 0 {
-                return false;
-            }
-            idx /= 64;
+        self.words[i / 64] &= !(1 << (i % 64));
+        self.len -= 1;
+        if self.lowest == Some(i) {
+            self.lowest = None;
         }
-        true
+        self.len == 0
     }
 
     /// Whether `i` is in the set (false for items past the bound).
@@ -91,54 +108,95 @@ impl SummaryBitmap {
         i < self.bits && self.words[i / 64] >> (i % 64) & 1 == 1
     }
 
-    /// The lowest item in the set.
+    /// The lowest item in the set; clears stale summary bits on the way.
     #[inline]
-    pub(super) fn first(&self) -> Option<usize> {
-        let mut idx = 0usize;
-        for level in (0..self.levels).rev() {
-            let w = self.words[self.level_start[level] + idx];
-            if w == 0 {
-                return None;
-            }
-            idx = idx * 64 + w.trailing_zeros() as usize;
+    pub(super) fn first(&mut self) -> Option<usize> {
+        if self.len == 0 {
+            return None;
         }
-        Some(idx)
+        if self.lowest.is_some() {
+            return self.lowest;
+        }
+        'descend: loop {
+            let mut idx = 0usize;
+            for level in (0..self.levels).rev() {
+                let w = self.words[self.level_start[level] + idx];
+                if w == 0 {
+                    // Only a summary bit can be stale (the top word is
+                    // non-zero while the set is not empty).
+                    if level + 1 >= self.levels {
+                        return None;
+                    }
+                    let up = self.level_start[level + 1];
+                    self.words[up + idx / 64] &= !(1 << (idx % 64));
+                    continue 'descend;
+                }
+                idx = idx * 64 + w.trailing_zeros() as usize;
+            }
+            self.lowest = Some(idx);
+            return Some(idx);
+        }
     }
 
-    /// Number of items in the set (walks level 0).
-    pub(super) fn count(&self) -> usize {
-        let end = if self.levels > 1 {
+    /// The items in increasing order (walks level 0).
+    pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        let level0 = if self.levels > 1 {
+            &self.words[..self.level_start[1]]
+        } else {
+            &self.words[..]
+        };
+        level0.iter().enumerate().flat_map(|(i, &w)| {
+            let mut rest = w;
+            core::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let bit = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                Some(i * 64 + bit)
+            })
+        })
+    }
+
+    /// Number of items in the set.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the count matches level 0, every non-empty word has its
+    /// summary bit set, and no bit lies past the bound.
+    pub(super) fn is_consistent(&self) -> bool {
+        let level0_end = if self.levels > 1 {
             self.level_start[1]
         } else {
             self.words.len()
         };
-        self.words[..end]
+        let ones: usize = self.words[..level0_end]
             .iter()
             .map(|w| w.count_ones() as usize)
-            .sum()
-    }
-
-    /// Whether every summary bit matches its word and no bit lies past the
-    /// bound.
-    pub(super) fn summaries_agree(&self) -> bool {
-        for level in 0..self.levels {
-            let start = self.level_start[level];
-            let end = if level + 1 < self.levels {
-                self.level_start[level + 1]
-            } else {
-                self.words.len()
-            };
-            if level + 1 == self.levels {
-                break;
+            .sum();
+        if ones != self.len {
+            return false;
+        }
+        if let Some(lowest) = self.lowest {
+            let below = self.words[..lowest / 64]
+                .iter()
+                .any(|&w| w != 0)
+                || self.words[lowest / 64] & ((1 << (lowest % 64)) - 1) != 0;
+            if !self.contains(lowest) || below {
+                return false;
             }
+        }
+        for level in 0..self.levels - 1 {
+            let start = self.level_start[level];
+            let end = self.level_start[level + 1];
             for (i, &w) in self.words[start..end].iter().enumerate() {
                 let up = self.words[self.level_start[level + 1] + i / 64] >> (i % 64) & 1;
-                if (w != 0) != (up == 1) {
+                if w != 0 && up == 0 {
                     return false;
                 }
             }
         }
-        // Bits past the bound in the last level-0 word.
         let last = self.bits.div_ceil(64).max(1) - 1;
         let used = self.bits - last * 64;
         used >= 64 || self.words[last] >> used == 0
@@ -167,13 +225,28 @@ mod tests {
         assert_eq!(b.first(), Some(299_999));
         assert!(b.remove(299_999));
         assert_eq!(b.first(), None);
-        assert!(b.summaries_agree());
-        assert_eq!(b.count(), 0);
+        assert!(b.is_consistent());
+        assert_eq!(b.len(), 0);
+    }
+
+    #[test]
+    fn stale_summaries_are_skipped_and_cleared() {
+        let mut b = SummaryBitmap::new(1 << 20).expect("bitmap");
+        b.insert(5);
+        b.insert(700_000);
+        assert!(!b.remove(5));
+        // The summary bits for item 5 are stale now; lookup skips them.
+        assert_eq!(b.first(), Some(700_000));
+        assert_eq!(b.first(), Some(700_000));
+        b.insert(6);
+        assert_eq!(b.first(), Some(6));
+        assert_eq!(b.iter().collect::<alloc::vec::Vec<_>>(), [6, 700_000]);
+        assert!(b.is_consistent());
     }
 
     #[test]
     fn zero_sized_set_is_one_empty_word() {
-        let b = SummaryBitmap::new(0).expect("empty bitmap");
+        let mut b = SummaryBitmap::new(0).expect("empty bitmap");
         assert_eq!(b.first(), None);
         assert!(!b.contains(0));
         assert_eq!(b.heap_bytes(), 8);

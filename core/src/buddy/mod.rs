@@ -91,7 +91,7 @@ use core::fmt;
 use core::mem::size_of;
 
 use bitmap::SummaryBitmap;
-use chunk::{avail, block_len, exact_free, free_runs, run_mask, ChunkBits};
+use chunk::{avail, block_len, exact_free, exact_free_of, run_mask, ChunkBits};
 use chunk::{CHUNK_ORDER, SMALL_ORDERS};
 
 /// Minimum blocks per chunk.
@@ -109,7 +109,7 @@ const INSIDE: u8 = 0x00;
 const FREE: u8 = 0x40;
 /// First chunk of a live block; payload = order in chunks.
 const LIVE: u8 = 0x80;
-/// Chunk split into small blocks; payload = mask of small orders it has free.
+/// Chunk split into small blocks (payload unused).
 const SMALL: u8 = 0xC0;
 
 /// A live block found from its offset.
@@ -212,13 +212,23 @@ pub struct BuddyAllocator {
     full_chunks: usize,
     /// One head byte per chunk (see `FREE`, `LIVE`, `SMALL`, `INSIDE`).
     head: Vec<u8>,
-    /// Per chunk order `k`: free blocks of that order, by `chunk >> k`.
+    /// Per chunk order `k`: free blocks of that order, by `chunk >> k`. A
+    /// superset: entries whose head byte no longer says free are dropped
+    /// when a lookup meets them.
     big_free: Vec<SummaryBitmap>,
-    /// Bit `k`: `big_free[k]` is not empty.
+    /// Per chunk order: number of free blocks (exact).
+    big_count: Vec<usize>,
+    /// Bit `k`: there is a free block of chunk order `k`.
     big_mask: u64,
     /// Per small order `j`: chunks with a free block of exactly order `j`.
+    /// A superset too: a chunk is added when it gains a free block of that
+    /// order and removed when an allocation or free takes its last one;
+    /// the rarer paths (growing in place) leave entries that a lookup drops
+    /// when it finds the chunk has no such block (its used word is the
+    /// truth).
     small_free: [SummaryBitmap; SMALL_ORDERS],
-    /// Bit `j`: `small_free[j]` is not empty.
+    /// Bit `j`: `small_free[j]` may hold a chunk with a free block of order
+    /// `j` (set whenever one is added; cleared when the set empties).
     small_mask: u8,
     /// Small-block words, one group per 64 chunks, created on first use.
     groups: Vec<Option<Box<Group>>>,
@@ -275,6 +285,11 @@ impl BuddyAllocator {
         for k in 0..big_orders {
             big_free.push(SummaryBitmap::new(full_chunks >> k)?);
         }
+        let mut big_count = Vec::new();
+        big_count
+            .try_reserve_exact(big_orders)
+            .map_err(|_| NewError::OutOfMetadata)?;
+        big_count.resize(big_orders, 0);
         let small = || SummaryBitmap::new(chunks);
         let small_free = [small()?, small()?, small()?, small()?, small()?, small()?];
 
@@ -292,6 +307,7 @@ impl BuddyAllocator {
             full_chunks,
             head,
             big_free,
+            big_count,
             big_mask: 0,
             small_free,
             small_mask: 0,
@@ -318,7 +334,7 @@ impl BuddyAllocator {
                 starts: 1 << tail,
             };
             heap.head[full_chunks] = SMALL;
-            heap.set_avail(full_chunks, 0, avail(used));
+            heap.mark_small_free(full_chunks, avail(used));
         }
         Ok(heap)
     }
@@ -347,12 +363,14 @@ impl BuddyAllocator {
     /// Alignment is of offsets: the heap base must be aligned at least as
     /// much for addresses to be. Errors are checked in this order: zero size,
     /// alignment, then room.
+    #[inline]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
         let order = self.order_for(size, align)?;
         self.alloc_order(order)
     }
 
     /// Frees the live block at `offset` and returns its size in bytes.
+    #[inline]
     pub fn free(&mut self, offset: u64) -> Result<u64, FreeError> {
         let block = self.locate(offset)?;
         Ok(self.release(block))
@@ -409,14 +427,14 @@ impl BuddyAllocator {
         })
     }
 
-    /// Current occupancy.
+    /// Current occupancy. O(1), except when no chunk-sized block (64
+    /// minimum blocks) is free: then finding the largest free block walks
+    /// the small-block bitmaps.
     pub fn stats(&self) -> Stats {
         let largest_units = if self.big_mask != 0 {
             1 << (63 - self.big_mask.leading_zeros() + CHUNK_ORDER)
-        } else if self.small_mask != 0 {
-            1 << (7 - self.small_mask.leading_zeros())
         } else {
-            0
+            self.largest_small_order().map_or(0, |j| 1 << j)
         };
         Stats {
             heap_bytes: self.heap_size,
@@ -440,6 +458,7 @@ impl BuddyAllocator {
         size_of::<Self>()
             + self.head.capacity()
             + self.big_free.capacity() * size_of::<SummaryBitmap>()
+            + self.big_count.capacity() * size_of::<usize>()
             + bitmaps
             + self.groups.capacity() * size_of::<Option<Box<Group>>>()
             + self.group_count * size_of::<Group>()
@@ -460,7 +479,7 @@ impl BuddyAllocator {
     pub fn check_consistency(&self) -> Result<(), Inconsistency> {
         let bad = |what, chunk| Err(Inconsistency { what, chunk });
         let mut big_counts = vec![0usize; self.big_free.len()];
-        let mut small_counts = [0usize; SMALL_ORDERS];
+        let mut small_orders = 0u8;
         let mut free_units = 0u64;
         let mut live = 0u64;
         let tail = (self.units & (CHUNK_UNITS - 1)) as u32;
@@ -506,16 +525,16 @@ impl BuddyAllocator {
                     if bits.used == 0 || bits.starts & !bits.used != 0 {
                         return bad("small chunk empty or with a start on a free unit", Some(c));
                     }
-                    if u32::from(avail(bits.used)) != payload {
-                        return bad("free-order mask out of date", Some(c));
+                    if payload != 0 {
+                        return bad("small chunk head with a payload", Some(c));
                     }
+                    let orders = avail(bits.used);
                     for (j, set) in self.small_free.iter().enumerate() {
-                        let has = payload >> j & 1 == 1;
-                        if set.contains(c) != has {
-                            return bad("small-order bitmap disagrees with the chunk", Some(c));
+                        if orders >> j & 1 == 1 && !set.contains(c) {
+                            return bad("small-order bitmap misses the chunk", Some(c));
                         }
-                        small_counts[j] += usize::from(has);
                     }
+                    small_orders |= orders;
                     let filler = (c == self.full_chunks && tail != 0).then_some(tail);
                     let mut covered = 0u64;
                     let mut starts = bits.starts;
@@ -547,8 +566,9 @@ impl BuddyAllocator {
             }
         }
         for (k, set) in self.big_free.iter().enumerate() {
-            if !set.summaries_agree() || set.count() != big_counts[k] {
-                return bad("large-order bitmap out of date", None);
+            if !set.is_consistent() || set.len() < big_counts[k] || self.big_count[k] != big_counts[k]
+            {
+                return bad("large-order bitmap or count out of date", None);
             }
             if (self.big_mask >> k & 1 == 1) != (big_counts[k] > 0) {
                 return bad("large-order mask out of date", None);
@@ -557,13 +577,11 @@ impl BuddyAllocator {
         if self.big_mask >> self.big_free.len() != 0 {
             return bad("large-order mask has orders past the heap", None);
         }
-        for (j, set) in self.small_free.iter().enumerate() {
-            if !set.summaries_agree() || set.count() != small_counts[j] {
-                return bad("small-order bitmap out of date", None);
-            }
-            if (self.small_mask >> j & 1 == 1) != (small_counts[j] > 0) {
-                return bad("small-order mask out of date", None);
-            }
+        if self.small_free.iter().any(|set| !set.is_consistent()) {
+            return bad("small-order bitmap summaries out of date", None);
+        }
+        if small_orders & !self.small_mask != 0 {
+            return bad("small-order mask misses an order", None);
         }
         if free_units != self.free_units || live != self.live_blocks {
             return bad("free or live counters out of date", None);
@@ -577,6 +595,7 @@ impl BuddyAllocator {
     // ---- sizes and offsets ----
 
     /// Order (in minimum blocks) of the block serving `size` at `align`.
+    #[inline]
     fn order_for(&self, size: u64, align: u64) -> Result<u32, AllocError> {
         if size == 0 {
             return Err(AllocError::ZeroSize);
@@ -598,11 +617,13 @@ impl BuddyAllocator {
         Ok(order)
     }
 
+    #[inline]
     fn offset_of(&self, chunk: usize, first: u32) -> u64 {
         ((chunk as u64) << CHUNK_ORDER | u64::from(first)) << self.unit_shift
     }
 
     /// The live block starting at `offset`, or why there is none.
+    #[inline]
     fn locate(&self, offset: u64) -> Result<Block, FreeError> {
         if offset >= self.managed_bytes() {
             return Err(FreeError::OutOfRange);
@@ -658,6 +679,7 @@ impl BuddyAllocator {
 
     // ---- allocation and release ----
 
+    #[inline]
     fn alloc_order(&mut self, order: u32) -> Result<u64, AllocError> {
         if order < CHUNK_ORDER {
             return self.alloc_small(order);
@@ -670,44 +692,63 @@ impl BuddyAllocator {
         Ok(self.offset_of(chunk, 0))
     }
 
+    #[inline]
     fn alloc_small(&mut self, order: u32) -> Result<u64, AllocError> {
-        let fits = self.small_mask >> order;
-        let (chunk, first) = match self.small_free_chunk(fits, order) {
-            Some((chunk, j)) => {
-                let used = self.small_bits_mut(chunk).used;
-                (chunk, exact_free(&free_runs(used), j as usize).trailing_zeros())
+        // The free block of order `split` at `first` is cut down to `order`.
+        let (chunk, first, split) = match self.small_free_block(order) {
+            Some((chunk, free, split)) => {
+                if free & (free - 1) == 0 {
+                    // It was the chunk's only free block of that order.
+                    self.unmark_small_free(chunk, 1 << split);
+                }
+                (chunk, free.trailing_zeros(), split)
             }
             None => {
                 let (chunk, from) = self.find_big(0).ok_or(AllocError::OutOfMemory)?;
                 self.ensure_group(chunk)?;
                 self.take_big(chunk, from, 0);
                 self.head[chunk] = SMALL;
-                (chunk, 0)
+                (chunk, 0, CHUNK_ORDER)
             }
         };
-        let before = self.head[chunk] & PAYLOAD;
         let bits = self.small_bits_mut(chunk);
         bits.used |= run_mask(first, 1 << order);
         bits.starts |= 1 << first;
-        let after = avail(bits.used);
-        self.set_avail(chunk, before, after);
+        // The split leaves its right halves, of orders `order..split`, free.
+        self.mark_small_free(chunk, ((1u32 << split) - (1u32 << order)) as u8);
         self.free_units -= 1 << order;
         self.live_blocks += 1;
         Ok(self.offset_of(chunk, first))
     }
 
-    /// Lowest chunk holding a free small block of the smallest order in
-    /// `fits << order`, with that order.
+    /// Lowest chunk with a free small block of the smallest order at least
+    /// `order`, as (chunk, starts of its free blocks of that order, the
+    /// order); drops stale bitmap entries met.
     #[inline]
-    fn small_free_chunk(&self, fits: u8, order: u32) -> Option<(usize, u32)> {
-        if fits == 0 {
-            return None;
+    fn small_free_block(&mut self, order: u32) -> Option<(usize, u64, u32)> {
+        let mut fits = self.small_mask >> order;
+        while fits != 0 {
+            let j = order + fits.trailing_zeros();
+            let set = &mut self.small_free[j as usize];
+            while let Some(chunk) = set.first() {
+                if self.head[chunk] == SMALL {
+                    if let Some(bits) = group_bits(&self.groups, chunk) {
+                        let free = exact_free_of(bits.used, j);
+                        if free != 0 {
+                            return Some((chunk, free, j));
+                        }
+                    }
+                }
+                set.remove(chunk);
+            }
+            self.small_mask &= !(1 << j);
+            fits &= fits - 1;
         }
-        let j = order + fits.trailing_zeros();
-        Some((self.small_free[j as usize].first()?, j))
+        None
     }
 
     /// Frees a located live block; returns its size in bytes.
+    #[inline]
     fn release(&mut self, block: Block) -> u64 {
         match block {
             Block::Small {
@@ -715,16 +756,37 @@ impl BuddyAllocator {
                 first,
                 order,
             } => {
-                let before = self.head[chunk] & PAYLOAD;
                 let bits = self.small_bits_mut(chunk);
                 bits.used &= !run_mask(first, 1 << order);
                 bits.starts &= !(1 << first);
                 let used = bits.used;
-                if used == 0 {
-                    self.set_avail(chunk, before, 0);
+                // Merge with free buddies inside the chunk: the merged block
+                // is new, the buddies it absorbed are gone.
+                let (mut at, mut merged) = (first, order);
+                while merged < CHUNK_ORDER {
+                    let buddy = at ^ (1 << merged);
+                    if used & run_mask(buddy, 1 << merged) != 0 {
+                        break;
+                    }
+                    at &= !(1 << merged);
+                    merged += 1;
+                }
+                let absorbed = ((1u32 << merged) - (1u32 << order)) as u8;
+                if merged == CHUNK_ORDER {
+                    self.unmark_small_free(chunk, absorbed);
                     self.release_big(chunk, 0);
                 } else {
-                    self.set_avail(chunk, before, avail(used));
+                    let mut gone = 0u8;
+                    let mut todo = absorbed;
+                    while todo != 0 {
+                        let j = todo.trailing_zeros();
+                        if exact_free_of(used, j) == 0 {
+                            gone |= 1 << j;
+                        }
+                        todo &= todo - 1;
+                    }
+                    self.unmark_small_free(chunk, gone);
+                    self.mark_small_free(chunk, 1 << merged);
                 }
             }
             Block::Big { chunk, order } => self.release_big(chunk, order),
@@ -743,11 +805,10 @@ impl BuddyAllocator {
                 first,
                 order: old,
             } => {
-                let before = self.head[chunk] & PAYLOAD;
                 let bits = self.small_bits_mut(chunk);
                 bits.used &= !run_mask(first + (1 << order), (1 << old) - (1 << order));
-                let after = avail(bits.used);
-                self.set_avail(chunk, before, after);
+                // The tail halves, of orders `order..old`, are free now.
+                self.mark_small_free(chunk, ((1u32 << old) - (1u32 << order)) as u8);
             }
             Block::Big { chunk, order: old } if order >= CHUNK_ORDER => {
                 let k = order - CHUNK_ORDER;
@@ -765,7 +826,7 @@ impl BuddyAllocator {
                 let used = run_mask(0, 1 << order);
                 *self.small_bits_mut(chunk) = ChunkBits { used, starts: 1 };
                 self.head[chunk] = SMALL;
-                self.set_avail(chunk, 0, avail(used));
+                self.mark_small_free(chunk, ((1u32 << CHUNK_ORDER) - (1u32 << order)) as u8);
             }
         }
         self.free_units += (1 << block.unit_order()) - (1u64 << order);
@@ -786,14 +847,12 @@ impl BuddyAllocator {
                     return false;
                 }
                 let extra = run_mask(first + (1 << old), len - (1 << old));
-                let before = self.head[chunk] & PAYLOAD;
                 let bits = self.small_bits_mut(chunk);
                 if bits.used & extra != 0 {
                     return false;
                 }
+                // The buddies taken go stale in the small-order bitmaps.
                 bits.used |= extra;
-                let after = avail(bits.used);
-                self.set_avail(chunk, before, after);
             }
             Block::Small {
                 chunk,
@@ -805,8 +864,6 @@ impl BuddyAllocator {
                 if first != 0 || !alone || !self.buddies_free(chunk, 0, k) {
                     return false;
                 }
-                let before = self.head[chunk] & PAYLOAD;
-                self.set_avail(chunk, before, 0);
                 *self.small_bits_mut(chunk) = ChunkBits::default();
                 self.take_buddies(chunk, 0, k);
                 self.head[chunk] = LIVE | k as u8;
@@ -829,28 +886,42 @@ impl BuddyAllocator {
     #[inline]
     fn push_free_big(&mut self, chunk: usize, k: u32) {
         self.head[chunk] = FREE | k as u8;
-        self.big_free[k as usize].insert(chunk >> k);
+        let set = &mut self.big_free[k as usize];
+        if !set.contains(chunk >> k) {
+            set.insert(chunk >> k);
+        }
+        self.big_count[k as usize] += 1;
         self.big_mask |= 1 << k;
     }
 
+    /// Marks the free block at `chunk` taken; its bitmap entry goes stale.
     #[inline]
     fn pop_free_big(&mut self, chunk: usize, k: u32) {
-        if self.big_free[k as usize].remove(chunk >> k) {
+        self.head[chunk] = INSIDE;
+        let count = &mut self.big_count[k as usize];
+        *count -= 1;
+        if *count == 0 {
             self.big_mask &= !(1 << k);
         }
-        self.head[chunk] = INSIDE;
     }
 
     /// Lowest free block of the smallest chunk order at least `k`.
     #[inline]
-    fn find_big(&self, k: u32) -> Option<(usize, u32)> {
+    fn find_big(&mut self, k: u32) -> Option<(usize, u32)> {
         let fits = self.big_mask.checked_shr(k)?;
         if fits == 0 {
             return None;
         }
         let from = k + fits.trailing_zeros();
-        let index = self.big_free[from as usize].first()?;
-        Some((index << from, from))
+        let set = &mut self.big_free[from as usize];
+        loop {
+            let index = set.first()?;
+            let chunk = index << from;
+            if self.head[chunk] == FREE | from as u8 {
+                return Some((chunk, from));
+            }
+            set.remove(index);
+        }
     }
 
     /// Takes the free block of order `from` at `chunk`, splits it down to
@@ -897,10 +968,7 @@ impl BuddyAllocator {
     // ---- small blocks (below a chunk) ----
 
     fn small_bits(&self, chunk: usize) -> Option<&ChunkBits> {
-        self.groups
-            .get(chunk / GROUP_CHUNKS)?
-            .as_deref()?
-            .get(chunk % GROUP_CHUNKS)
+        group_bits(&self.groups, chunk)
     }
 
     /// Words of a chunk whose group exists (a chunk in the small tier, or one
@@ -935,23 +1003,56 @@ impl BuddyAllocator {
         Ok(())
     }
 
-    /// Moves `chunk` between the small-order bitmaps from free-order mask
-    /// `before` to `after` and stores `after` in its head byte.
-    #[inline]
-    fn set_avail(&mut self, chunk: usize, before: u8, after: u8) {
-        let mut changed = before ^ after;
-        while changed != 0 {
-            let j = changed.trailing_zeros();
-            changed &= changed - 1;
-            if after >> j & 1 == 1 {
-                self.small_free[j as usize].insert(chunk);
-                self.small_mask |= 1 << j;
-            } else if self.small_free[j as usize].remove(chunk) {
+    /// Records that `chunk` gained free blocks of the small orders in
+    /// `orders`.
+    #[inline(always)]
+    fn mark_small_free(&mut self, chunk: usize, orders: u8) {
+        let mut todo = orders;
+        while todo != 0 {
+            let set = &mut self.small_free[todo.trailing_zeros() as usize];
+            if !set.contains(chunk) {
+                set.insert(chunk);
+            }
+            todo &= todo - 1;
+        }
+        self.small_mask |= orders;
+    }
+
+    /// Records that `chunk` has no free block left of the small orders in
+    /// `orders`.
+    #[inline(always)]
+    fn unmark_small_free(&mut self, chunk: usize, orders: u8) {
+        let mut todo = orders;
+        while todo != 0 {
+            let j = todo.trailing_zeros();
+            let set = &mut self.small_free[j as usize];
+            if set.contains(chunk) && set.remove(chunk) {
                 self.small_mask &= !(1 << j);
             }
+            todo &= todo - 1;
         }
-        self.head[chunk] = SMALL | after;
     }
+
+    /// Largest order with a free small block (walks the small bitmaps).
+    fn largest_small_order(&self) -> Option<u32> {
+        (0..SMALL_ORDERS as u32).rev().find(|&j| {
+            self.small_mask >> j & 1 == 1
+                && self.small_free[j as usize].iter().any(|chunk| {
+                    self.head.get(chunk) == Some(&SMALL)
+                        && group_bits(&self.groups, chunk)
+                            .is_some_and(|bits| exact_free_of(bits.used, j) != 0)
+                })
+        })
+    }
+}
+
+/// Words of `chunk`, if its group exists.
+#[inline]
+fn group_bits(groups: &[Option<Box<Group>>], chunk: usize) -> Option<&ChunkBits> {
+    groups
+        .get(chunk / GROUP_CHUNKS)?
+        .as_deref()?
+        .get(chunk % GROUP_CHUNKS)
 }
 
 /// Iterator over the free blocks of a [`BuddyAllocator`] in offset order,
@@ -997,10 +1098,7 @@ impl Iterator for FreeBlocks<'_> {
                 LIVE => self.next_chunk += 1 << order,
                 SMALL => {
                     if let Some(bits) = self.heap.small_bits(c) {
-                        let runs = free_runs(bits.used);
-                        for (j, p) in self.pending.iter_mut().enumerate() {
-                            *p = exact_free(&runs, j);
-                        }
+                        self.pending = exact_free(bits.used);
                     }
                     self.chunk = c;
                     self.next_chunk += 1;
