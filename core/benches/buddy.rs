@@ -30,7 +30,16 @@ use fireopal_core::buddy::BuddyAllocator;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const HEAPS: [(&str, u64); 2] = [("64MiB", 64 * MIB), ("16GiB", 16 * GIB)];
-const SIZES: [u64; 8] = [64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
+const SIZES: [u64; 8] = [
+    64,
+    256,
+    1 << 10,
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+];
 const ALIGN: u64 = 8;
 /// Sizes in the random mix (a power of two, cycled by the bench).
 const MIX_LEN: usize = 4096;
@@ -221,7 +230,13 @@ fn bench_heap(c: &mut Criterion) {
         bench_pairs(&mut group, "fireopal", &mut ours, &SIZES, true);
         let mut theirs = Bsa::new(size);
         let _live = warm_up(&mut theirs);
-        bench_pairs(&mut group, "buddy_system_allocator", &mut theirs, &SIZES, true);
+        bench_pairs(
+            &mut group,
+            "buddy_system_allocator",
+            &mut theirs,
+            &SIZES,
+            true,
+        );
         group.finish();
 
         let mut group = c.benchmark_group(format!("buddy_pair_fresh/{label}"));
@@ -229,7 +244,13 @@ fn bench_heap(c: &mut Criterion) {
         let mut ours = BuddyAllocator::new(size).expect("heap tables");
         bench_pairs(&mut group, "fireopal", &mut ours, &fresh, false);
         let mut theirs = Bsa::new(size);
-        bench_pairs(&mut group, "buddy_system_allocator", &mut theirs, &fresh, false);
+        bench_pairs(
+            &mut group,
+            "buddy_system_allocator",
+            &mut theirs,
+            &fresh,
+            false,
+        );
         group.finish();
     }
 }

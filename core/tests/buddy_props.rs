@@ -195,12 +195,23 @@ impl Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { size: u64, align: u64 },
+    Alloc {
+        size: u64,
+        align: u64,
+    },
     /// Free the live block picked by index (modulo the live count).
-    Free { pick: usize },
+    Free {
+        pick: usize,
+    },
     /// Free an arbitrary offset (mostly invalid ones).
-    FreeRaw { offset: u64 },
-    Realloc { pick: usize, size: u64, align: u64 },
+    FreeRaw {
+        offset: u64,
+    },
+    Realloc {
+        pick: usize,
+        size: u64,
+        align: u64,
+    },
 }
 
 /// Sizes spread over all orders, with some just above a power of two.
@@ -294,7 +305,12 @@ fn run(heap_size: u64, min_block: u64, ops: &[Op]) -> Result<Vec<Outcome>, TestC
                     continue;
                 };
                 let got = heap.realloc(offset, size, align);
-                prop_assert_eq!(got, model.realloc(offset, size, align), "realloc {}", offset);
+                prop_assert_eq!(
+                    got,
+                    model.realloc(offset, size, align),
+                    "realloc {}",
+                    offset
+                );
                 if let Ok(r) = got {
                     prop_assert_eq!(r.offset() % align, 0, "misaligned");
                     if let Realloc::Moved { old, new, .. } = r {
@@ -313,13 +329,18 @@ fn run(heap_size: u64, min_block: u64, ops: &[Op]) -> Result<Vec<Outcome>, TestC
         let mut end = 0u64;
         for (&offset, &size) in &live {
             let block = heap.block_size(offset);
-            prop_assert!(block.is_some_and(|b| b >= size), "block at {} too small", offset);
+            prop_assert!(
+                block.is_some_and(|b| b >= size),
+                "block at {} too small",
+                offset
+            );
             prop_assert!(offset >= end, "blocks overlap at {}", offset);
             end = offset + block.unwrap_or(0);
             prop_assert!(end <= heap.managed_bytes(), "block past the heap");
         }
         if step % 8 == 0 {
-            heap.check_consistency().map_err(|e| TestCaseError::fail(e.to_string()))?;
+            heap.check_consistency()
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
     }
     heap.check_consistency()

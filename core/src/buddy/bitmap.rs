@@ -179,9 +179,7 @@ impl SummaryBitmap {
             return false;
         }
         if let Some(lowest) = self.lowest {
-            let below = self.words[..lowest / 64]
-                .iter()
-                .any(|&w| w != 0)
+            let below = self.words[..lowest / 64].iter().any(|&w| w != 0)
                 || self.words[lowest / 64] & ((1 << (lowest % 64)) - 1) != 0;
             if !self.contains(lowest) || below {
                 return false;

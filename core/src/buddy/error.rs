@@ -139,7 +139,11 @@ pub struct Inconsistency {
 impl fmt::Display for Inconsistency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.chunk {
-            Some(c) => write!(f, "buddy allocator inconsistent at chunk {c}: {}", self.what),
+            Some(c) => write!(
+                f,
+                "buddy allocator inconsistent at chunk {c}: {}",
+                self.what
+            ),
             None => write!(f, "buddy allocator inconsistent: {}", self.what),
         }
     }

@@ -116,7 +116,11 @@ const SMALL: u8 = 0xC0;
 #[derive(Clone, Copy, Debug)]
 enum Block {
     /// Smaller than a chunk: `order` in minimum blocks, `first` unit in chunk.
-    Small { chunk: usize, first: u32, order: u32 },
+    Small {
+        chunk: usize,
+        first: u32,
+        order: u32,
+    },
     /// A chunk or more: `order` in chunks.
     Big { chunk: usize, order: u32 },
 }
@@ -500,7 +504,10 @@ impl BuddyAllocator {
                         if i > c && self.head[i] != INSIDE {
                             return bad("block head inside another block", Some(i));
                         }
-                        if self.small_bits(i).is_some_and(|b| *b != ChunkBits::default()) {
+                        if self
+                            .small_bits(i)
+                            .is_some_and(|b| *b != ChunkBits::default())
+                        {
                             return bad("stale small-block words", Some(i));
                         }
                     }
@@ -566,7 +573,9 @@ impl BuddyAllocator {
             }
         }
         for (k, set) in self.big_free.iter().enumerate() {
-            if !set.is_consistent() || set.len() < big_counts[k] || self.big_count[k] != big_counts[k]
+            if !set.is_consistent()
+                || set.len() < big_counts[k]
+                || self.big_count[k] != big_counts[k]
             {
                 return bad("large-order bitmap or count out of date", None);
             }
