@@ -68,21 +68,38 @@ impl SummaryBitmap {
         })
     }
 
-    /// Adds `i`, which must be below the bound and not in the set.
+    /// Adds `i` (below the bound); false if it was already there.
     #[inline]
-    pub(super) fn insert(&mut self, i: usize) {
+    pub(super) fn insert(&mut self, i: usize) -> bool {
+        debug_assert!(i < self.bits);
+        let bit = 1 << (i % 64);
+        let w = &mut self.words[i / 64];
+        let was = *w;
+        if was & bit != 0 {
+            return false;
+        }
+        *w = was | bit;
         self.len += 1;
         self.lowest = match self.lowest {
-            Some(lowest) => Some(lowest.min(i)),
+            Some(lowest) if i < lowest => Some(i),
             None if self.len == 1 => Some(i),
-            None => None,
+            keep => keep,
         };
-        let mut idx = i;
-        for level in 0..self.levels {
+        if was == 0 {
+            self.raise(i / 64);
+        }
+        true
+    }
+
+    /// Sets the summary bits above level-0 word `word`, up to the first one
+    /// already set (a non-zero word already has its summary bit).
+    #[inline]
+    fn raise(&mut self, word: usize) {
+        let mut idx = word;
+        for level in 1..self.levels {
             let w = &mut self.words[self.level_start[level] + idx / 64];
             let was = *w;
             *w = was | 1 << (idx % 64);
-            // A non-zero word already has its summary bit set.
             if was != 0 {
                 return;
             }
@@ -90,11 +107,17 @@ impl SummaryBitmap {
         }
     }
 
-    /// Removes `i`, which must be in the set; returns true when the set is
-    /// empty afterwards.
+    /// Removes `i` if it is there; true when that emptied the set.
     #[inline]
     pub(super) fn remove(&mut self, i: usize) -> bool {
-        self.words[i / 64] &= !(1 << (i % 64));
+        let bit = 1 << (i % 64);
+        let Some(w) = self.words.get_mut(i / 64) else {
+            return false;
+        };
+        if i >= self.bits || *w & bit == 0 {
+            return false;
+        }
+        *w &= !bit;
         self.len -= 1;
         if self.lowest == Some(i) {
             self.lowest = None;
@@ -215,13 +238,15 @@ mod tests {
         let mut b = SummaryBitmap::new(300_000).expect("small bitmap");
         assert_eq!(b.levels, 4);
         assert_eq!(b.first(), None);
-        b.insert(299_999);
-        b.insert(4097);
+        assert!(b.insert(299_999));
+        assert!(b.insert(4097));
+        assert!(!b.insert(4097));
         assert_eq!(b.first(), Some(4097));
         assert!(b.contains(299_999));
         assert!(!b.remove(4097));
         assert_eq!(b.first(), Some(299_999));
         assert!(b.remove(299_999));
+        assert!(!b.remove(299_999));
         assert_eq!(b.first(), None);
         assert!(b.is_consistent());
         assert_eq!(b.len(), 0);

@@ -785,16 +785,9 @@ impl BuddyAllocator {
                     self.unmark_small_free(chunk, absorbed);
                     self.release_big(chunk, 0);
                 } else {
-                    let mut gone = 0u8;
-                    let mut todo = absorbed;
-                    while todo != 0 {
-                        let j = todo.trailing_zeros();
-                        if exact_free_of(used, j) == 0 {
-                            gone |= 1 << j;
-                        }
-                        todo &= todo - 1;
-                    }
-                    self.unmark_small_free(chunk, gone);
+                    // Entries for the absorbed orders may go stale: the
+                    // chunk can still have other free blocks of them, and
+                    // checking costs more here than a lookup dropping them.
                     self.mark_small_free(chunk, 1 << merged);
                 }
             }
@@ -895,10 +888,7 @@ impl BuddyAllocator {
     #[inline]
     fn push_free_big(&mut self, chunk: usize, k: u32) {
         self.head[chunk] = FREE | k as u8;
-        let set = &mut self.big_free[k as usize];
-        if !set.contains(chunk >> k) {
-            set.insert(chunk >> k);
-        }
+        self.big_free[k as usize].insert(chunk >> k);
         self.big_count[k as usize] += 1;
         self.big_mask |= 1 << k;
     }
@@ -1018,10 +1008,7 @@ impl BuddyAllocator {
     fn mark_small_free(&mut self, chunk: usize, orders: u8) {
         let mut todo = orders;
         while todo != 0 {
-            let set = &mut self.small_free[todo.trailing_zeros() as usize];
-            if !set.contains(chunk) {
-                set.insert(chunk);
-            }
+            self.small_free[todo.trailing_zeros() as usize].insert(chunk);
             todo &= todo - 1;
         }
         self.small_mask |= orders;
@@ -1034,8 +1021,7 @@ impl BuddyAllocator {
         let mut todo = orders;
         while todo != 0 {
             let j = todo.trailing_zeros();
-            let set = &mut self.small_free[j as usize];
-            if set.contains(chunk) && set.remove(chunk) {
+            if self.small_free[j as usize].remove(chunk) {
                 self.small_mask &= !(1 << j);
             }
             todo &= todo - 1;
