@@ -14,6 +14,10 @@
 //!   scattered across the low part of the heap. Each iteration is one alloc and the
 //!   free of that block, for one size or for the next size of a fixed
 //!   random mix.
+//! - `buddy_pair_crowded/<heap>`: a heap holding many objects, as a
+//!   symmetric heap of a real application does: 20 000 requests of 64 B to
+//!   4 KiB, every other one freed, then the random mix. Free lists are long
+//!   here, which is what a list-scanning allocator pays for.
 //! - `buddy_pair_fresh/<heap>`: an empty heap, where each pair splits the
 //!   whole heap down to the block and merges it back (the worst case, which
 //!   grows with log2 of the heap size for every buddy allocator).
@@ -173,13 +177,31 @@ impl Pairs for Bsa {
 // framework) goes here: implement `Pairs` for it and add a line to
 // `bench_heap` next to the other two allocators.
 
-/// Puts a heap "in use": the same 400 requests everywhere (sizes
-/// log-uniform in 64 B..256 KiB, about 30 MiB in all, so they fit the small
-/// heap too), then frees every other one. Returns the blocks left live.
-fn warm_up<P: Pairs>(p: &mut P) -> Vec<(u64, u64)> {
-    let blocks: Vec<(u64, u64)> = mix_sizes(400, 0x5eed)
+/// How a heap is filled before measuring: `count` requests of the random
+/// mix capped at `cap` bytes, every other one then freed.
+#[derive(Clone, Copy)]
+struct Fill {
+    count: usize,
+    cap: u64,
+}
+
+/// 400 requests up to 256 KiB: about 30 MiB, so they fit the small heap.
+const IN_USE: Fill = Fill {
+    count: 400,
+    cap: 256 << 10,
+};
+/// 20 000 requests up to 4 KiB: many objects, long free lists.
+const CROWDED: Fill = Fill {
+    count: 20_000,
+    cap: 4 << 10,
+};
+
+/// Puts a heap "in use": the same requests on every allocator, then frees
+/// every other one. Returns the blocks left live.
+fn warm_up<P: Pairs>(p: &mut P, fill: Fill) -> Vec<(u64, u64)> {
+    let blocks: Vec<(u64, u64)> = mix_sizes(fill.count, 0x5eed)
         .into_iter()
-        .map(|size| size.min(256 << 10))
+        .map(|size| size.min(fill.cap))
         .map(|size| (p.alloc(size).expect("warm-up fits the heap"), size))
         .collect();
     let mut live = Vec::new();
@@ -222,36 +244,54 @@ fn bench_pairs<P: Pairs>(
     }
 }
 
+/// One criterion group: both allocators on a heap of `heap` bytes, filled
+/// with `fill` (or left empty), measured for `sizes` and the mix.
+fn compare(c: &mut Criterion, name: &str, heap: u64, fill: Option<Fill>, sizes: &[u64], mix: bool) {
+    let mut group = c.benchmark_group(name);
+    let mut ours = BuddyAllocator::new(heap).expect("heap tables");
+    let _live = fill.map(|f| warm_up(&mut ours, f));
+    bench_pairs(&mut group, "fireopal", &mut ours, sizes, mix);
+    let mut theirs = Bsa::new(heap);
+    let _live = fill.map(|f| warm_up(&mut theirs, f));
+    bench_pairs(
+        &mut group,
+        "buddy_system_allocator",
+        &mut theirs,
+        sizes,
+        mix,
+    );
+    group.finish();
+}
+
 fn bench_heap(c: &mut Criterion) {
-    for (label, size) in HEAPS {
-        let mut group = c.benchmark_group(format!("buddy_pair/{label}"));
-        let mut ours = BuddyAllocator::new(size).expect("heap tables");
-        let _live = warm_up(&mut ours);
-        bench_pairs(&mut group, "fireopal", &mut ours, &SIZES, true);
-        let mut theirs = Bsa::new(size);
-        let _live = warm_up(&mut theirs);
-        bench_pairs(
-            &mut group,
-            "buddy_system_allocator",
-            &mut theirs,
+    for (label, heap) in HEAPS {
+        let in_use = Some(IN_USE);
+        compare(
+            c,
+            &format!("buddy_pair/{label}"),
+            heap,
+            in_use,
             &SIZES,
             true,
         );
-        group.finish();
-
-        let mut group = c.benchmark_group(format!("buddy_pair_fresh/{label}"));
+        let crowded = Some(CROWDED);
+        compare(
+            c,
+            &format!("buddy_pair_crowded/{label}"),
+            heap,
+            crowded,
+            &[],
+            true,
+        );
         let fresh = [64, 4 << 10, 1 << 20];
-        let mut ours = BuddyAllocator::new(size).expect("heap tables");
-        bench_pairs(&mut group, "fireopal", &mut ours, &fresh, false);
-        let mut theirs = Bsa::new(size);
-        bench_pairs(
-            &mut group,
-            "buddy_system_allocator",
-            &mut theirs,
+        compare(
+            c,
+            &format!("buddy_pair_fresh/{label}"),
+            heap,
+            None,
             &fresh,
             false,
         );
-        group.finish();
     }
 }
 
