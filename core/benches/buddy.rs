@@ -174,8 +174,9 @@ impl Pairs for Bsa {
 }
 
 // The ptmalloc memheap component (a plugin, added with the host memheap
-// framework) goes here: implement `Pairs` for it and add a line to
-// `bench_heap` next to the other two allocators.
+// framework) goes here: implement `Pairs` for it (over a `Region` like
+// `Bsa`), then in `compare` build it, `warm_up` it with the same `fill` and
+// call `bench_pairs` with it, next to the other two allocators.
 
 /// How a heap is filled before measuring: `count` requests of the random
 /// mix capped at `cap` bytes, every other one then freed.
