@@ -388,6 +388,15 @@ proptest! {
     }
 
     #[test]
+    fn large_heaps_agree_with_the_model(
+        units in (1u64 << 18)..(1u64 << 20),
+        ops in prop::collection::vec(op_strategy(26), 1..200),
+    ) {
+        // Thousands of chunks: three summary levels, deep splits.
+        run(units * 64 + 17, 64, &ops)?;
+    }
+
+    #[test]
     fn same_sequence_gives_same_offsets(
         (heap_size, min_block) in heap_strategy(),
         ops in prop::collection::vec(op_strategy(22), 1..120),
