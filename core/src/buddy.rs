@@ -1,1 +1,0 @@
-//! Buddy allocator over heap offsets (issue 5; not written yet).
