@@ -1,5 +1,6 @@
-//! Shared helpers of the cross-crate tests: building the out-of-tree
-//! fixtures, finding the host binary, temporary directories.
+//! Shared helpers of the cross-crate tests: running jobs with a time
+//! limit, building the out-of-tree fixtures, finding the host binary,
+//! temporary directories.
 //!
 //! Fixtures are built with their own `cargo build` into
 //! `target/fixtures`, after the host and test binaries were built, so a
@@ -192,4 +193,126 @@ pub fn patch_once(path: &Path, from: &str, to: &str) -> Result<(), String> {
         ));
     }
     std::fs::write(path, text.replacen(from, to, 1)).map_err(|e| e.to_string())
+}
+
+/// What a bounded run of a command produced.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// Exit code, `None` if killed by a signal.
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Whether the time limit was hit (and the process tree killed).
+    pub timed_out: bool,
+}
+
+/// Runs `cmd` with a time limit. On expiry the command and every process
+/// below it get SIGTERM, then SIGKILL, and are reaped, so a hung job never
+/// outlives the test.
+pub fn run_with_timeout(cmd: &mut Command, limit: std::time::Duration) -> RunOutput {
+    use std::io::Read;
+    use std::process::Stdio;
+    use std::time::Instant;
+    let mut child = match cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return RunOutput {
+                code: None,
+                stdout: String::new(),
+                stderr: format!("spawn failed: {e}"),
+                timed_out: false,
+            }
+        }
+    };
+    let reader = |stream: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = stream {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let start = Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if start.elapsed() > limit => {
+                timed_out = true;
+                let tree = descendants(child.id());
+                signal(child.id(), libc::SIGTERM);
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                for pid in tree.iter().chain(std::iter::once(&child.id())) {
+                    signal(*pid, libc::SIGKILL);
+                }
+                break child.wait().ok();
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(_) => break None,
+        }
+    };
+    RunOutput {
+        code: status.and_then(|s| s.code()),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        timed_out,
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Every live process below `root`, read from /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the parenthesised command name: state, then ppid.
+        if let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while let Some(&p) = found.get(i) {
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
 }

@@ -7,8 +7,8 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RResult, RSlice};
 use fireopal_abi::btl::{
-    BtlAttributes, BtlEventSink, BtlEventSink_TO, BtlModuleBox, Completion, PeerAddress, Rank,
-    Reachability, SendiOutcome,
+    Access, BtlAttributes, BtlEventSink, BtlEventSink_TO, BtlModuleBox, Completion, MemRegion,
+    PeerAddress, Rank, RdmaOp, Reachability, SendiOutcome,
 };
 use fireopal_abi::PluginError;
 use fireopal_core::am::{
@@ -86,7 +86,10 @@ impl fmt::Display for InitError {
             Self::Module { component, error } => write!(f, "btl {component}: {error}"),
             Self::Bootstrap(e) => write!(f, "exchanging transport addresses: {e}"),
             Self::BadDirectory { peer, reason } => {
-                write!(f, "rank {peer} published a malformed address directory: {reason}")
+                write!(
+                    f,
+                    "rank {peer} published a malformed address directory: {reason}"
+                )
             }
         }
     }
@@ -240,12 +243,14 @@ impl Messenger {
             let modules = registry.open_btl(component).map_err(InitError::Open)?;
             for (index, module) in modules.into_iter().enumerate() {
                 let name = component.name().to_owned();
-                let attrs = module.attributes().into_result().map_err(|error| {
-                    InitError::Module {
-                        component: name.clone(),
-                        error,
-                    }
-                })?;
+                let attrs =
+                    module
+                        .attributes()
+                        .into_result()
+                        .map_err(|error| InitError::Module {
+                            component: name.clone(),
+                            error,
+                        })?;
                 slots.push(ModuleSlot {
                     component: name,
                     index,
@@ -256,10 +261,14 @@ impl Messenger {
         }
         let mut addresses = Vec::with_capacity(slots.len());
         for s in &slots {
-            let a = s.module.address().into_result().map_err(|error| InitError::Module {
-                component: s.component.clone(),
-                error,
-            })?;
+            let a = s
+                .module
+                .address()
+                .into_result()
+                .map_err(|error| InitError::Module {
+                    component: s.component.clone(),
+                    error,
+                })?;
             addresses.push(a.into_vec());
         }
         let entries: Vec<DirectoryEntry<'_>> = slots
@@ -271,10 +280,12 @@ impl Messenger {
                 address: a,
             })
             .collect();
-        let directory = encode_directory(&entries).map_err(|e| InitError::Bootstrap(e.to_string()))?;
+        let directory =
+            encode_directory(&entries).map_err(|e| InitError::Bootstrap(e.to_string()))?;
         boot.put(DIRECTORY_KEY, &directory)
             .map_err(|e| InitError::Bootstrap(e.to_string()))?;
-        boot.fence().map_err(|e| InitError::Bootstrap(e.to_string()))?;
+        boot.fence()
+            .map_err(|e| InitError::Bootstrap(e.to_string()))?;
 
         // For every local module, the address each peer published for the
         // same (component, index).
@@ -567,7 +578,13 @@ impl Messenger {
             let slot = &mut self.slots[i];
             match slot
                 .module
-                .send(peer, tag_now, RSlice::from_slice(hdr), RSlice::from_slice(part), cookie)
+                .send(
+                    peer,
+                    tag_now,
+                    RSlice::from_slice(hdr),
+                    RSlice::from_slice(part),
+                    cookie,
+                )
                 .into_result()
             {
                 Ok(Completion::Done) => {}
@@ -768,5 +785,153 @@ impl BtlEventSink for Sink<'_> {
 
     fn peer_failed(&mut self, peer: Rank, error: PluginError) {
         self.fail_peer(peer, error.to_string());
+    }
+}
+
+/// A memory registration made through [`Messenger::register_memory`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryHandle {
+    module: usize,
+    id: u64,
+    /// Packed key a peer passes to [`Messenger::put`] / [`Messenger::get`].
+    pub remote_key: Vec<u8>,
+}
+
+impl Messenger {
+    /// Sends only if the module can do it immediately and completely
+    /// (`sendi`); `Ok(false)` means nothing was sent, for instance because
+    /// earlier sends to `peer` are still queued.
+    pub fn try_send_immediate(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<bool, SendError> {
+        if tag >= FIRST_RESERVED_TAG {
+            return Err(SendError::ReservedTag(tag));
+        }
+        let i = self.module_for(peer)?;
+        let slot = &mut self.slots[i];
+        if header.len() as u64 + payload.len() as u64 > slot.attrs.max_sendi_size {
+            return Ok(false);
+        }
+        match slot
+            .module
+            .sendi(
+                peer,
+                tag,
+                RSlice::from_slice(header),
+                RSlice::from_slice(payload),
+            )
+            .into_result()
+        {
+            Ok(SendiOutcome::Sent) => Ok(true),
+            Ok(SendiOutcome::Busy) => Ok(false),
+            Err(e) => Err(SendError::Module(e)),
+        }
+    }
+
+    /// Registers memory with the module that serves `peer`, for RDMA by
+    /// that peer (or to that peer). `Unsupported` is a normal answer.
+    pub fn register_memory(
+        &mut self,
+        peer: Rank,
+        region: MemRegion,
+        access: Access,
+    ) -> Result<MemoryHandle, SendError> {
+        let i = self.module_for(peer)?;
+        let reg = self.slots[i]
+            .module
+            .register_mem(region, access)
+            .into_result()
+            .map_err(SendError::Module)?;
+        Ok(MemoryHandle {
+            module: i,
+            id: reg.id,
+            remote_key: reg.remote_key.into_vec(),
+        })
+    }
+
+    /// Releases a registration; operations using it must be complete.
+    pub fn deregister_memory(&mut self, handle: MemoryHandle) -> Result<(), SendError> {
+        let slot = self
+            .slots
+            .get_mut(handle.module)
+            .ok_or(SendError::Unreachable(self.rank))?;
+        slot.module
+            .deregister_mem(handle.id)
+            .into_result()
+            .map_err(SendError::Module)
+    }
+
+    /// Writes `local` into `peer`'s memory at `remote_addr`, inside the
+    /// registration `remote_key` names.
+    pub fn put(
+        &mut self,
+        peer: Rank,
+        local: MemRegion,
+        local_handle: Option<&MemoryHandle>,
+        remote_addr: u64,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        self.rdma(true, peer, local, local_handle, remote_addr, remote_key)
+    }
+
+    /// Reads `peer`'s memory at `remote_addr` into `local`.
+    pub fn get(
+        &mut self,
+        peer: Rank,
+        local: MemRegion,
+        local_handle: Option<&MemoryHandle>,
+        remote_addr: u64,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        self.rdma(false, peer, local, local_handle, remote_addr, remote_key)
+    }
+
+    fn rdma(
+        &mut self,
+        write: bool,
+        peer: Rank,
+        local: MemRegion,
+        local_handle: Option<&MemoryHandle>,
+        remote_addr: u64,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        let i = self.module_for(peer)?;
+        let cookie = self.next_cookie;
+        let op = RdmaOp {
+            peer,
+            local,
+            local_registration: local_handle.map_or(u64::MAX, |h| h.id),
+            remote_addr,
+            remote_key: RSlice::from_slice(remote_key),
+            cookie,
+        };
+        let module = &mut self.slots[i].module;
+        let result = if write {
+            module.put(op)
+        } else {
+            module.get(op)
+        };
+        match result.into_result().map_err(SendError::Module)? {
+            Completion::Done => Ok(SendTicket::Done),
+            Completion::Pending => {
+                self.next_cookie += 1;
+                let id = SendId(self.next_send);
+                self.next_send += 1;
+                self.cookies.insert(cookie, id);
+                self.outstanding.insert(
+                    id,
+                    Outstanding {
+                        id,
+                        parts_left: 1,
+                        error: None,
+                    },
+                );
+                Ok(SendTicket::Pending(id))
+            }
+        }
     }
 }

@@ -25,6 +25,6 @@ mod messenger;
 pub mod self_btl;
 
 pub use messenger::{
-    Incoming, InitError, Messenger, ProgressError, RouteInfo, SendError, SendId, SendTicket,
-    FIRST_RESERVED_TAG,
+    Incoming, InitError, MemoryHandle, Messenger, ProgressError, RouteInfo, SendError, SendId,
+    SendTicket, FIRST_RESERVED_TAG,
 };

@@ -9,6 +9,7 @@ pub(crate) enum Json {
     Null,
     Bool(bool),
     Int(i128),
+    Float(f64),
     Str(String),
     Arr(Vec<Json>),
     Obj(Vec<(&'static str, Json)>),
@@ -33,6 +34,11 @@ impl Json {
             Self::Int(n) => {
                 let _ = write!(out, "{n}");
             }
+            // JSON has no NaN or infinity.
+            Self::Float(x) if x.is_finite() => {
+                let _ = write!(out, "{x}");
+            }
+            Self::Float(_) => out.push_str("null"),
             Self::Str(s) => write_str(out, s),
             Self::Arr(items) => {
                 out.push('[');

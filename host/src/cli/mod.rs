@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+mod bench;
 mod info;
 mod json;
 mod run;
@@ -12,6 +13,7 @@ use crate::plugin::Options;
 const USAGE: &str = "usage: fireopal <command> [args]
 
 commands:
+  bench pingpong [--btl NAME] [--json]     latency and bandwidth (under `fireopal run -n 2`)
   info [--json] [--param name=value]...   components, their status, and every parameter
   run -n N [--param k=v]... [--tag-output] -- prog args
                                           start a job of N local processes
@@ -24,6 +26,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
         return ExitCode::from(2);
     };
     match cmd.as_str() {
+        "bench" => bench::main(rest),
         "info" => info::main(rest),
         "run" => run::main(rest),
         "help" | "--help" | "-h" => {

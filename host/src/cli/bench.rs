@@ -1,0 +1,343 @@
+//! `fireopal bench pingpong`: OSU-style latency and bandwidth between
+//! ranks 0 and 1 (or one process and itself), over the transport the BTL
+//! framework picks, or the one named with `--btl`.
+//!
+//! Latency is half the round trip of a blocking ping-pong, averaged over
+//! many iterations after a warm-up. Bandwidth sends windows of 64
+//! back-to-back messages with one acknowledgement per window.
+
+use std::cell::Cell;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::json::Json;
+use super::CommonArgs;
+use crate::bootstrap::Bootstrap;
+use crate::btl::{Messenger, SendTicket};
+use crate::plugin::{Options, Registry};
+
+const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
+const WINDOW: usize = 64;
+const TAG_PING: u8 = 1;
+const TAG_ACK: u8 = 2;
+/// Longest wait for one message before the peer is declared gone.
+const STALL: Duration = Duration::from_secs(30);
+
+const USAGE: &str =
+    "usage: fireopal bench pingpong [--btl NAME] [--json] [--quick] [--param name=value]...
+run it under `fireopal run -n 2`, or alone to ping this process itself";
+
+/// One row of results.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    size: usize,
+    latency_us: f64,
+    bandwidth_mbs: f64,
+}
+
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    let Some((what, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    if what != "pingpong" {
+        eprintln!("fireopal bench: unknown benchmark {what:?}\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    let (mut json, mut quick, mut btl) = (false, false, None);
+    let mut expect_btl = false;
+    let parsed = CommonArgs::parse(rest, |a| {
+        if expect_btl {
+            btl = Some(a.to_owned());
+            expect_btl = false;
+            return true;
+        }
+        match a {
+            "--json" => json = true,
+            "--quick" => quick = true,
+            "--btl" => expect_btl = true,
+            _ => match a.strip_prefix("--btl=") {
+                Some(v) => btl = Some(v.to_owned()),
+                None => return false,
+            },
+        }
+        true
+    });
+    let mut common = match parsed {
+        Ok(c) if !expect_btl => c,
+        Ok(_) => {
+            eprintln!("fireopal bench: --btl needs a value\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("fireopal bench: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(name) = btl {
+        common.params.push(("btl".to_owned(), name));
+    }
+    match run(&common, json, quick) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fireopal bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
+    let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
+    let (rank, size) = (boot.rank(), boot.size());
+    if size > 2 {
+        return Err(format!("pingpong needs 1 or 2 ranks, this job has {size}"));
+    }
+    let registry = Registry::open(&Options {
+        command_line: common.params.clone(),
+        job: boot.job_info(),
+        ..Options::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
+    let peer = if size == 1 { 0 } else { 1 - rank };
+    let route = m
+        .route(peer)
+        .ok_or_else(|| format!("no transport reaches rank {peer}"))?;
+
+    let pings = Rc::new(Cell::new(0u64));
+    let acks = Rc::new(Cell::new(0u64));
+    {
+        let pings = Rc::clone(&pings);
+        m.register(TAG_PING, move |msg| {
+            // Count only: the bench measures transport, not handler work.
+            let _ = msg.payload.len();
+            pings.set(pings.get() + 1);
+        })
+        .map_err(|e| e.to_string())?;
+        let acks = Rc::clone(&acks);
+        m.register(TAG_ACK, move |_| acks.set(acks.get() + 1))
+            .map_err(|e| e.to_string())?;
+    }
+    let buf = vec![0xA5u8; *SIZES.iter().max().unwrap_or(&0)];
+    let mut rows = Vec::new();
+    for &n in &SIZES {
+        let (iters, warmup) = latency_iterations(n, quick);
+        let payload = buf.get(..n).unwrap_or(&[]);
+        let t = pingpong(&mut m, rank, size, peer, payload, iters, warmup, &pings)?;
+        let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
+        let windows = bandwidth_windows(n, quick);
+        let t = stream(&mut m, rank, size, peer, payload, windows, &pings, &acks)?;
+        let bytes = (n * WINDOW * windows) as f64;
+        let bandwidth_mbs = bytes / t.as_secs_f64() / 1e6;
+        rows.push(Row {
+            size: n,
+            latency_us,
+            bandwidth_mbs,
+        });
+    }
+    drain_sends(&mut m)?;
+    boot.barrier().map_err(|e| e.to_string())?;
+    if rank == 0 {
+        let module = format!("{}[{}]", route.component, route.index);
+        if json {
+            println!("{}", to_json(&rows, &module, size).render());
+        } else {
+            print!("{}", to_table(&rows, &module, size));
+        }
+    }
+    boot.finalize().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn latency_iterations(n: usize, quick: bool) -> (usize, usize) {
+    let iters = match n {
+        0..=8192 => 20_000,
+        8193..=65536 => 5_000,
+        65537..=1_048_576 => 500,
+        _ => 100,
+    };
+    let iters = if quick { (iters / 20).max(5) } else { iters };
+    (iters, (iters / 10).max(2))
+}
+
+fn bandwidth_windows(n: usize, quick: bool) -> usize {
+    let windows = match n {
+        0..=8192 => 400,
+        8193..=65536 => 100,
+        65537..=1_048_576 => 20,
+        _ => 8,
+    };
+    if quick {
+        (windows / 10).max(2)
+    } else {
+        windows
+    }
+}
+
+/// Progresses until `counter` reaches `target`, with a stall limit.
+fn wait_for(m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), String> {
+    let mut last_event = Instant::now();
+    while counter.get() < target {
+        let events = m.progress().map_err(|e| e.to_string())?;
+        if let Some((peer, why)) = m.take_failures().into_iter().next() {
+            return Err(format!("rank {peer} failed: {why}"));
+        }
+        if events > 0 {
+            last_event = Instant::now();
+        } else if last_event.elapsed() > STALL {
+            return Err(format!(
+                "no message for {} s: is the peer alive?",
+                STALL.as_secs()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn send(m: &mut Messenger, peer: u32, tag: u8, payload: &[u8]) -> Result<(), String> {
+    match m.send(peer, tag, &[], payload).map_err(|e| e.to_string())? {
+        SendTicket::Done | SendTicket::Pending(_) => Ok(()),
+    }
+}
+
+fn drain_sends(m: &mut Messenger) -> Result<(), String> {
+    let start = Instant::now();
+    while m.pending_sends() > 0 {
+        m.progress().map_err(|e| e.to_string())?;
+        for (_, status) in m.take_completions() {
+            status.map_err(|e| e.to_string())?;
+        }
+        if start.elapsed() > STALL {
+            return Err("sends did not complete".into());
+        }
+    }
+    for (_, status) in m.take_completions() {
+        status.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pingpong(
+    m: &mut Messenger,
+    rank: u32,
+    size: u32,
+    peer: u32,
+    payload: &[u8],
+    iters: usize,
+    warmup: usize,
+    pings: &Cell<u64>,
+) -> Result<Duration, String> {
+    let mut start = Instant::now();
+    for i in 0..warmup + iters {
+        if i == warmup {
+            start = Instant::now();
+        }
+        let seen = pings.get();
+        if size == 1 {
+            // One process: a round trip is two one-way trips to itself.
+            send(m, peer, TAG_PING, payload)?;
+            wait_for(m, pings, seen + 1)?;
+            send(m, peer, TAG_PING, payload)?;
+            wait_for(m, pings, seen + 2)?;
+        } else if rank == 0 {
+            send(m, peer, TAG_PING, payload)?;
+            wait_for(m, pings, seen + 1)?;
+        } else {
+            wait_for(m, pings, seen + 1)?;
+            send(m, peer, TAG_PING, payload)?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stream(
+    m: &mut Messenger,
+    rank: u32,
+    size: u32,
+    peer: u32,
+    payload: &[u8],
+    windows: usize,
+    pings: &Cell<u64>,
+    acks: &Cell<u64>,
+) -> Result<Duration, String> {
+    let (ping_base, ack_base) = (pings.get(), acks.get());
+    let start = Instant::now();
+    for w in 1..=windows as u64 {
+        let pings_due = ping_base + w * WINDOW as u64;
+        if size == 1 || rank == 0 {
+            for _ in 0..WINDOW {
+                send(m, peer, TAG_PING, payload)?;
+            }
+        }
+        if size == 1 || rank == 1 {
+            wait_for(m, pings, pings_due)?;
+            send(m, peer, TAG_ACK, &[])?;
+        }
+        if size == 1 || rank == 0 {
+            wait_for(m, acks, ack_base + w)?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+fn human_size(n: usize) -> String {
+    match n {
+        0..=1023 => format!("{n} B"),
+        1024..=1_048_575 => format!("{} KiB", n >> 10),
+        _ => format!("{} MiB", n >> 20),
+    }
+}
+
+fn to_table(rows: &[Row], module: &str, size: u32) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# fireopal pingpong: {} over btl {module}",
+        if size == 1 {
+            "one process to itself"
+        } else {
+            "rank 0 <-> rank 1"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:>10} {:>14} {:>16}",
+        "size", "latency (us)", "bandwidth (MB/s)"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:>10} {:>14.2} {:>16.1}",
+            human_size(r.size),
+            r.latency_us,
+            r.bandwidth_mbs
+        );
+    }
+    out
+}
+
+fn to_json(rows: &[Row], module: &str, size: u32) -> Json {
+    Json::Obj(vec![
+        ("benchmark", Json::str("pingpong")),
+        ("btl", Json::str(module)),
+        ("ranks", Json::Int(i128::from(size))),
+        (
+            "results",
+            Json::Arr(
+                rows.iter()
+                    .map(|r| {
+                        Json::Obj(vec![
+                            ("size", Json::Int(r.size as i128)),
+                            ("latency_us", Json::Float(r.latency_us)),
+                            ("bandwidth_mbs", Json::Float(r.bandwidth_mbs)),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+    ])
+}

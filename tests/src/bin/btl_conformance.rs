@@ -1,0 +1,580 @@
+//! The transport conformance program: run by every rank of a job under
+//! `fireopal run -n N -- btl_conformance --btl NAME`, it checks one BTL
+//! against the contract of `fireopal_abi::btl`, through the framework's
+//! active-message API. Each rank sends to the next rank and receives from
+//! the previous one (a ring; one rank talks to itself).
+//!
+//! Prints `rank R: PASS case` or `rank R: FAIL case: why` per case and
+//! exits non-zero if any case failed. Every wait has a stall limit, so a
+//! broken transport fails instead of hanging.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use fireopal::bootstrap::Bootstrap;
+use fireopal::btl::{Messenger, SendId, SendTicket};
+use fireopal::plugin::{Options, Registry};
+use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
+
+const STALL: Duration = Duration::from_secs(60);
+const SIZES: [usize; 14] = [
+    0,
+    1,
+    8,
+    63,
+    64,
+    1000,
+    4096,
+    8192,
+    65_535,
+    65_536,
+    300_000,
+    1 << 20,
+    3 << 20,
+    4 << 20,
+];
+const MANY: u64 = 100_000;
+
+const TAG_SIZES: u8 = 10;
+const TAG_MANY: u8 = 11;
+const TAG_COMPLETE: u8 = 12;
+const TAG_SENDI: u8 = 13;
+const TAG_SUMMARY: u8 = 14;
+const TAG_DEATH: u8 = 15;
+const TAG_FLOOD: u8 = 16;
+const TAG_RDMA_DONE: u8 = 17;
+
+type Inbox = Rc<RefCell<Vec<(u32, Vec<u8>, Vec<u8>)>>>;
+
+struct Ctx {
+    boot: Bootstrap,
+    m: Messenger,
+    rank: u32,
+    size: u32,
+    next: u32,
+    prev: u32,
+    inbox: Inbox,
+    many_seen: Rc<RefCell<(u64, u64)>>,
+}
+
+fn pattern(rank: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut x = u64::from(rank) << 32 | u64::from(seq) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+impl Ctx {
+    fn progress(&mut self) -> Result<usize, String> {
+        let n = self.m.progress().map_err(|e| e.to_string())?;
+        if let Some((peer, why)) = self.m.take_failures().into_iter().next() {
+            return Err(format!("rank {peer} reported failed: {why}"));
+        }
+        Ok(n)
+    }
+
+    /// Progresses until `done` holds, failing after a stall.
+    fn wait(&mut self, what: &str, mut done: impl FnMut(&mut Self) -> bool) -> Result<(), String> {
+        let mut last = Instant::now();
+        while !done(self) {
+            if self.progress()? > 0 {
+                last = Instant::now();
+            } else if last.elapsed() > STALL {
+                return Err(format!("stalled waiting for {what}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn inbox_count(&self, tag: u8) -> usize {
+        self.inbox
+            .borrow()
+            .iter()
+            .filter(|(_, h, _)| h.first() == Some(&tag))
+            .count()
+    }
+
+    fn take_inbox(&self, tag: u8) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
+        let mut all = self.inbox.borrow_mut();
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            all.drain(..).partition(|(_, h, _)| h.first() == Some(&tag));
+        *all = rest;
+        mine
+    }
+
+    fn send(&mut self, tag: u8, header: &[u8], payload: &[u8]) -> Result<SendTicket, String> {
+        let mut h = vec![tag];
+        h.extend_from_slice(header);
+        self.m
+            .send(self.next, tag, &h, payload)
+            .map_err(|e| format!("send: {e}"))
+    }
+
+    fn drain_sends(&mut self) -> Result<Vec<(SendId, bool)>, String> {
+        let mut done = Vec::new();
+        let mut last = Instant::now();
+        loop {
+            for (id, status) in self.m.take_completions() {
+                done.push((id, status.is_ok()));
+                last = Instant::now();
+            }
+            if self.m.pending_sends() == 0 {
+                return Ok(done);
+            }
+            if self.progress()? > 0 {
+                last = Instant::now();
+            } else if last.elapsed() > STALL {
+                return Err("sends never completed".into());
+            }
+        }
+    }
+
+    fn barrier(&mut self) -> Result<(), String> {
+        self.drain_sends()?;
+        self.boot.barrier().map_err(|e| format!("barrier: {e}"))
+    }
+}
+
+/// Every size from 0 B to 4 MiB arrives intact and in order.
+fn case_sizes(c: &mut Ctx) -> Result<(), String> {
+    for (seq, &len) in SIZES.iter().enumerate() {
+        let seq = seq as u32;
+        c.send(TAG_SIZES, &seq.to_le_bytes(), &pattern(c.rank, seq, len))?;
+        c.progress()?;
+    }
+    c.wait("all sizes", |c| c.inbox_count(TAG_SIZES) == SIZES.len())?;
+    for (i, (peer, h, p)) in c.take_inbox(TAG_SIZES).into_iter().enumerate() {
+        let seq = u32::from_le_bytes(
+            h.get(1..5)
+                .and_then(|b| b.try_into().ok())
+                .unwrap_or([0xff; 4]),
+        );
+        if peer != c.prev || seq != i as u32 {
+            return Err(format!(
+                "message {i} came from rank {peer} with sequence {seq}"
+            ));
+        }
+        if p != pattern(c.prev, seq, SIZES[i]) {
+            return Err(format!("payload of {} bytes corrupted", SIZES[i]));
+        }
+    }
+    c.barrier()
+}
+
+/// 10^5 small messages each way, none lost, in order.
+fn case_many(c: &mut Ctx) -> Result<(), String> {
+    for seq in 0..MANY {
+        c.m.send(c.next, TAG_MANY, &[TAG_MANY], &seq.to_le_bytes())
+            .map_err(|e| format!("send {seq}: {e}"))?;
+        if seq % 32 == 0 {
+            c.progress()?;
+        }
+    }
+    let seen = Rc::clone(&c.many_seen);
+    c.wait("10^5 messages", |_| seen.borrow().0 == MANY)?;
+    let (count, bad) = *c.many_seen.borrow();
+    if bad != 0 {
+        return Err(format!(
+            "{bad} of {count} messages out of order or corrupted"
+        ));
+    }
+    c.barrier()
+}
+
+/// Every pending send completes exactly once.
+fn case_completions(c: &mut Ctx) -> Result<(), String> {
+    let len = 256 << 10;
+    let mut pending = HashSet::new();
+    for seq in 0..64u32 {
+        if let SendTicket::Pending(id) =
+            c.send(TAG_COMPLETE, &seq.to_le_bytes(), &pattern(c.rank, seq, len))?
+        {
+            if !pending.insert(id) {
+                return Err(format!("send id {id:?} given twice"));
+            }
+        }
+    }
+    let done = c.drain_sends()?;
+    let mut seen = HashSet::new();
+    for (id, ok) in done {
+        if !ok {
+            return Err(format!("send {id:?} completed with an error"));
+        }
+        if !pending.contains(&id) || !seen.insert(id) {
+            return Err(format!("completion of {id:?} unexpected or repeated"));
+        }
+    }
+    if seen.len() != pending.len() {
+        return Err(format!(
+            "{} of {} sends completed",
+            seen.len(),
+            pending.len()
+        ));
+    }
+    c.wait("completion messages", |c| c.inbox_count(TAG_COMPLETE) == 64)?;
+    c.take_inbox(TAG_COMPLETE);
+    // More progress must not report anything again.
+    for _ in 0..100 {
+        c.progress()?;
+    }
+    if !c.m.take_completions().is_empty() {
+        return Err("a completion was reported twice".into());
+    }
+    c.barrier()
+}
+
+/// sendi is all or nothing, and Busy while sends to the peer are queued.
+fn case_sendi(c: &mut Ctx) -> Result<(), String> {
+    let big =
+        c.m.attributes(c.next)
+            .map(|a| a.max_send_size.min(1 << 20) as usize)
+            .unwrap_or(1 << 20);
+    let mut queued_then_busy = None;
+    // Flood without progressing until the module has to queue.
+    for seq in 0..64u32 {
+        match c.send(TAG_FLOOD, &seq.to_le_bytes(), &vec![7u8; big])? {
+            SendTicket::Done => {}
+            SendTicket::Pending(_) => {
+                let sent =
+                    c.m.try_send_immediate(c.next, TAG_FLOOD, &[TAG_FLOOD], b"x")
+                        .map_err(|e| e.to_string())?;
+                queued_then_busy = Some(!sent);
+                break;
+            }
+        }
+    }
+    if queued_then_busy == Some(false) {
+        return Err("sendi sent although sends to the peer were queued".into());
+    }
+    c.drain_sends()?;
+    // Immediate sends with ids: exactly those answered Sent arrive, whole.
+    let mut sent_ids = Vec::new();
+    for id in 0..2000u32 {
+        let mut h = vec![TAG_SENDI, 0x1D];
+        h.extend_from_slice(&id.to_le_bytes());
+        let payload = pattern(c.rank, id, (id as usize * 37) % 2048);
+        if c.m
+            .try_send_immediate(c.next, TAG_SENDI, &h, &payload)
+            .map_err(|e| e.to_string())?
+        {
+            sent_ids.push(id);
+        }
+        if id % 16 == 0 {
+            c.progress()?;
+        }
+    }
+    let summary: Vec<u8> = sent_ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    c.m.send(c.next, TAG_SUMMARY, &[TAG_SUMMARY], &summary)
+        .map_err(|e| e.to_string())?;
+    c.wait("sendi summary", |c| c.inbox_count(TAG_SUMMARY) == 1)?;
+    let summary = c.take_inbox(TAG_SUMMARY).remove(0).2;
+    let expected: Vec<u32> = summary
+        .chunks_exact(4)
+        .filter_map(|b| b.try_into().ok().map(u32::from_le_bytes))
+        .collect();
+    let got: Vec<u32> = c
+        .take_inbox(TAG_SENDI)
+        .into_iter()
+        .map(|(_, h, p)| {
+            let id = h
+                .get(2..6)
+                .and_then(|b| b.try_into().ok())
+                .map_or(u32::MAX, u32::from_le_bytes);
+            if p == pattern(c.prev, id, (id as usize * 37) % 2048) {
+                id
+            } else {
+                u32::MAX
+            }
+        })
+        .collect();
+    if got != expected {
+        return Err(format!(
+            "immediate sends: {} answered Sent, {} arrived intact and in order",
+            expected.len(),
+            got.iter().filter(|&&i| i != u32::MAX).count()
+        ));
+    }
+    c.barrier()?;
+    c.take_inbox(TAG_FLOOD);
+    let note = match queued_then_busy {
+        Some(_) => "busy while queued",
+        None => "never queued",
+    };
+    println!("rank {}: note sendi: {note}", c.rank);
+    Ok(())
+}
+
+/// put and get on registered memory, where the module offers them.
+fn case_rdma(c: &mut Ctx) -> Result<(), String> {
+    let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
+    if !flags.contains(BtlFlags::PUT | BtlFlags::GET) {
+        println!("rank {}: note rdma: not offered", c.rank);
+        return c.barrier();
+    }
+    const LEN: usize = 64 << 10;
+    let mut window = vec![0u8; LEN];
+    let mut local = pattern(c.rank, 77, LEN);
+    // SAFETY: `window` outlives its registration and every operation on
+    // it, which all complete before it is dropped.
+    let win_region = unsafe { MemRegion::new(window.as_mut_ptr(), LEN) };
+    // SAFETY: as for `window`.
+    let local_region = unsafe { MemRegion::new(local.as_mut_ptr(), LEN) };
+    let win =
+        c.m.register_memory(
+            c.prev,
+            win_region,
+            Access::REMOTE_READ | Access::REMOTE_WRITE,
+        )
+        .map_err(|e| format!("register: {e}"))?;
+    let mine =
+        c.m.register_memory(
+            c.next,
+            local_region,
+            Access::LOCAL_READ | Access::LOCAL_WRITE,
+        )
+        .map_err(|e| format!("register: {e}"))?;
+    let mut published = (window.as_ptr() as u64).to_le_bytes().to_vec();
+    published.extend_from_slice(&win.remote_key);
+    c.boot.put("rdma", &published).map_err(|e| e.to_string())?;
+    c.boot.fence().map_err(|e| e.to_string())?;
+    let theirs = c.boot.get(c.next, "rdma").map_err(|e| e.to_string())?;
+    let (addr, key) = theirs.split_at(8.min(theirs.len()));
+    let addr = u64::from_le_bytes(addr.try_into().map_err(|_| "short rdma record")?);
+    let put =
+        c.m.put(c.next, local_region, Some(&mine), addr, key)
+            .map_err(|e| format!("put: {e}"))?;
+    // Out of range: must be refused, now or through its completion.
+    let oob_refused = match c.m.put(c.next, local_region, Some(&mine), addr + 1, key) {
+        Err(_) => true,
+        Ok(SendTicket::Done) => false,
+        Ok(SendTicket::Pending(id)) => {
+            let mut refused = None;
+            c.wait("the out-of-range put", |c| {
+                for (i, status) in c.m.take_completions() {
+                    if i == id {
+                        refused = Some(status.is_err());
+                    } else if status.is_err() {
+                        refused = Some(false);
+                    }
+                }
+                refused.is_some()
+            })?;
+            refused == Some(true)
+        }
+    };
+    if !oob_refused {
+        return Err("a put past the end of the registration was accepted".into());
+    }
+    // The target serves RDMA only while it progresses, so every rank
+    // progresses until its own operations are done, its window holds the
+    // previous rank's bytes, and the previous rank said it is done with it.
+    let expected = pattern(c.prev, 77, LEN);
+    let win_ptr = window.as_ptr();
+    let put_done = Rc::new(RefCell::new(matches!(put, SendTicket::Done)));
+    c.wait("the put and the incoming put", |c| {
+        for (id, _) in c.m.take_completions() {
+            if SendTicket::Pending(id) == put {
+                *put_done.borrow_mut() = true;
+            }
+        }
+        // SAFETY: `window` is alive; the module writes it only while this
+        // closure is not running (inside progress).
+        let filled = unsafe { std::slice::from_raw_parts(win_ptr, LEN) } == expected.as_slice();
+        *put_done.borrow() && filled
+    })?;
+    let mut back = vec![0u8; LEN];
+    // SAFETY: `back` outlives the get, which completes in the loop below.
+    let back_region = unsafe { MemRegion::new(back.as_mut_ptr(), LEN) };
+    let get =
+        c.m.get(c.next, back_region, None, addr, key)
+            .map_err(|e| format!("get: {e}"))?;
+    let mut get_done = matches!(get, SendTicket::Done);
+    let mut told = false;
+    c.wait("the get and the previous rank's", |c| {
+        for (id, status) in c.m.take_completions() {
+            if SendTicket::Pending(id) == get && status.is_ok() {
+                get_done = true;
+            }
+        }
+        if get_done && !told {
+            told = c.send(TAG_RDMA_DONE, &[], &[]).is_ok();
+        }
+        told && c.inbox_count(TAG_RDMA_DONE) == 1
+    })?;
+    c.take_inbox(TAG_RDMA_DONE);
+    if back != pattern(c.rank, 77, LEN) {
+        return Err("get did not read the bytes back".into());
+    }
+    c.m.deregister_memory(win).map_err(|e| e.to_string())?;
+    c.m.deregister_memory(mine).map_err(|e| e.to_string())?;
+    c.barrier()
+}
+
+/// A peer that dies is reported as an error, not a hang. The last rank
+/// leaves abruptly; rank 0 keeps sending to it.
+fn case_peer_death(c: &mut Ctx) -> Result<(), String> {
+    if c.size < 2 {
+        println!("rank {}: note peer-death: needs 2 ranks", c.rank);
+        return Ok(());
+    }
+    let victim = c.size - 1;
+    c.barrier()?;
+    if c.rank == victim {
+        println!("rank {}: PASS peer-death (leaving)", c.rank);
+        std::process::exit(0);
+    }
+    if c.rank != 0 {
+        return Ok(());
+    }
+    let start = Instant::now();
+    loop {
+        if c.m.send(victim, TAG_DEATH, &[TAG_DEATH], &[0u8; 1024]).is_err()
+            || c.m.progress().is_err()
+        {
+            return Ok(());
+        }
+        if c.m.peer_failed(victim).is_some() || !c.m.take_failures().is_empty() {
+            return Ok(());
+        }
+        for (_, status) in c.m.take_completions() {
+            if status.is_err() {
+                return Ok(());
+            }
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            return Err(format!(
+                "rank {victim} left 20 s ago and nothing reported it"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let mut btl = None;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--btl" => btl = args.next(),
+            other => {
+                eprintln!("usage: btl_conformance --btl NAME (unknown argument {other:?})");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(btl) = btl else {
+        eprintln!("usage: btl_conformance --btl NAME");
+        return ExitCode::from(2);
+    };
+    match run(&btl) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("btl_conformance: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(btl: &str) -> Result<bool, String> {
+    let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
+    let registry = Registry::open(&Options {
+        command_line: vec![("btl".into(), btl.into())],
+        job: boot.job_info(),
+        ..Options::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
+    let (rank, size) = (boot.rank(), boot.size());
+    let next = (rank + 1) % size;
+    let prev = (rank + size - 1) % size;
+    match m.route(next) {
+        Some(r) if r.component == btl => {}
+        other => {
+            return Err(format!(
+                "rank {next} is not reached through {btl}: {other:?}"
+            ))
+        }
+    }
+    let inbox: Inbox = Rc::new(RefCell::new(Vec::new()));
+    let many_seen = Rc::new(RefCell::new((0u64, 0u64)));
+    for tag in [
+        TAG_SIZES,
+        TAG_COMPLETE,
+        TAG_SENDI,
+        TAG_SUMMARY,
+        TAG_DEATH,
+        TAG_FLOOD,
+        TAG_RDMA_DONE,
+    ] {
+        let inbox = Rc::clone(&inbox);
+        m.register(tag, move |msg| {
+            inbox
+                .borrow_mut()
+                .push((msg.peer, msg.header.to_vec(), msg.payload.to_vec()));
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    {
+        let seen = Rc::clone(&many_seen);
+        m.register(TAG_MANY, move |msg| {
+            let mut s = seen.borrow_mut();
+            let seq = msg
+                .payload
+                .try_into()
+                .map(u64::from_le_bytes)
+                .unwrap_or(u64::MAX);
+            if seq != s.0 || msg.peer != prev {
+                s.1 += 1;
+            }
+            s.0 += 1;
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    let mut c = Ctx {
+        boot,
+        m,
+        rank,
+        size,
+        next,
+        prev,
+        inbox,
+        many_seen,
+    };
+    type Case = fn(&mut Ctx) -> Result<(), String>;
+    let cases: [(&str, Case); 6] = [
+        ("sizes", case_sizes),
+        ("many", case_many),
+        ("completions", case_completions),
+        ("sendi", case_sendi),
+        ("rdma", case_rdma),
+        ("peer-death", case_peer_death),
+    ];
+    let mut ok = true;
+    for (name, case) in cases {
+        let started = Instant::now();
+        match case(&mut c) {
+            Ok(()) => println!(
+                "rank {rank}: PASS {name} ({:.1} ms)",
+                started.elapsed().as_secs_f64() * 1e3
+            ),
+            Err(e) => {
+                println!("rank {rank}: FAIL {name}: {e}");
+                ok = false;
+                // Later cases would only trip over the same fault.
+                break;
+            }
+        }
+    }
+    // After the peer-death case the job is short one rank: no collective
+    // finalize.
+    Ok(ok)
+}

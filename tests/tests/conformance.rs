@@ -1,0 +1,60 @@
+//! The transport conformance suite: the same checks
+//! (`src/bin/btl_conformance.rs`) against every BTL, each run as a real
+//! job under `fireopal run`. Adding a transport is one line below.
+
+use std::process::Command;
+use std::time::Duration;
+
+use fireopal_tests::{host_binary, run_with_timeout};
+
+const CASES: [&str; 6] = [
+    "sizes",
+    "many",
+    "completions",
+    "sendi",
+    "rdma",
+    "peer-death",
+];
+
+fn conformance(btl: &str, ranks: u32) {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = run_with_timeout(
+        Command::new(host)
+            .args(["run", "-n", &ranks.to_string(), "--"])
+            .arg(env!("CARGO_BIN_EXE_btl_conformance"))
+            .args(["--btl", btl]),
+        Duration::from_secs(300),
+    );
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(
+        !out.timed_out,
+        "{btl} with {ranks} ranks timed out\n{report}"
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "{btl} with {ranks} ranks failed\n{report}"
+    );
+    assert!(!out.stdout.contains("FAIL"), "{report}");
+    for rank in 0..ranks {
+        for case in CASES {
+            let line = format!("rank {rank}: PASS {case}");
+            assert!(out.stdout.contains(&line), "missing {line:?}\n{report}");
+        }
+    }
+}
+
+macro_rules! transports {
+    ($($name:ident: $btl:literal with $ranks:literal ranks;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                conformance($btl, $ranks);
+            }
+        )*
+    };
+}
+
+transports! {
+    self_one_rank: "self" with 1 ranks;
+}
