@@ -55,18 +55,24 @@ impl BtlComponentImpl for SelfComponent {
             rank: host.job().rank,
             max_send,
             queue: VecDeque::new(),
+            spare: Vec::new(),
             registrations: BTreeMap::new(),
             next_registration: 1,
         }])
     }
 }
 
+/// A queued message: header and payload in one buffer.
 #[derive(Debug)]
 struct Fragment {
     tag: u8,
-    header: Vec<u8>,
-    payload: Vec<u8>,
+    header_len: usize,
+    bytes: Vec<u8>,
 }
+
+/// Buffers kept for reuse: allocating (and for large messages, mapping
+/// and faulting in) a fresh buffer per message would dominate the cost.
+const SPARE_BUFFERS: usize = 64;
 
 #[derive(Debug, Clone, Copy)]
 struct Region {
@@ -80,6 +86,7 @@ pub struct SelfTransport {
     rank: Rank,
     max_send: u64,
     queue: VecDeque<Fragment>,
+    spare: Vec<Vec<u8>>,
     registrations: BTreeMap<u64, Region>,
     next_registration: u64,
 }
@@ -102,10 +109,14 @@ impl SelfTransport {
     }
 
     fn enqueue(&mut self, tag: u8, header: &[u8], payload: &[u8]) {
+        let mut bytes = self.spare.pop().unwrap_or_default();
+        bytes.clear();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(payload);
         self.queue.push_back(Fragment {
             tag,
-            header: header.to_vec(),
-            payload: payload.to_vec(),
+            header_len: header.len(),
+            bytes,
         });
     }
 
@@ -263,7 +274,11 @@ impl Transport for SelfTransport {
             let Some(f) = self.queue.pop_front() else {
                 break;
             };
-            sink.deliver(self.rank, f.tag, &f.header, &f.payload);
+            let (header, payload) = f.bytes.split_at(f.header_len);
+            sink.deliver(self.rank, f.tag, header, payload);
+            if self.spare.len() < SPARE_BUFFERS {
+                self.spare.push(f.bytes);
+            }
         }
         Ok(n)
     }
