@@ -60,7 +60,10 @@ fn newest_under(dir: &Path) -> Option<SystemTime> {
 /// Builds `output` with `cargo build <args>` unless it is newer than every
 /// input; returns it.
 fn built(output: PathBuf, inputs: &[PathBuf], args: &[&str]) -> Result<PathBuf, String> {
-    let newest_input = inputs.iter().filter_map(|i| newest_under(i).or(modified(i))).max();
+    let newest_input = inputs
+        .iter()
+        .filter_map(|i| newest_under(i).or(modified(i)))
+        .max();
     if modified(&output).is_some_and(|b| newest_input.is_none_or(|i| i <= b)) {
         return Ok(output);
     }
@@ -69,11 +72,16 @@ fn built(output: PathBuf, inputs: &[PathBuf], args: &[&str]) -> Result<PathBuf, 
     if profile_dir().file_name().is_some_and(|n| n == "release") {
         cargo.arg("--release");
     }
-    let status = cargo.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    let status = cargo
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if status.success() && output.exists() {
         Ok(output)
     } else {
-        Err(format!("cargo build {args:?} did not make {} ({status})", output.display()))
+        Err(format!(
+            "cargo build {args:?} did not make {} ({status})",
+            output.display()
+        ))
     }
 }
 
@@ -84,7 +92,11 @@ fn plugin() -> &'static Path {
         let src = workspace().join("plugins").join("memheap-ptmalloc");
         built(
             profile_dir().join(PLUGIN_FILE),
-            &[src.join("src"), src.join("Cargo.toml"), workspace().join("abi").join("src")],
+            &[
+                src.join("src"),
+                src.join("Cargo.toml"),
+                workspace().join("abi").join("src"),
+            ],
             &["-p", "fireopal-memheap-ptmalloc"],
         )
     });
@@ -220,14 +232,15 @@ fn openshmem_edge_cases() {
             assert!(heap.align(bad, 64).is_null(), "{name}: align {bad}");
         }
         assert!(heap.base_alignment() >= 1 << 20);
-        assert!(heap
-            .align(heap.base_alignment() as usize * 2, 64)
-            .is_null());
+        assert!(heap.align(heap.base_alignment() as usize * 2, 64).is_null());
         assert_eq!(heap.stats().unwrap(), empty);
         // Power-of-two alignments hold for addresses.
         for shift in 0..=16 {
             let p = heap.align(1 << shift, 100);
-            assert!(!p.is_null() && p as usize % (1 << shift) == 0, "{name} {shift}");
+            assert!(
+                !p.is_null() && p as usize % (1 << shift) == 0,
+                "{name} {shift}"
+            );
             heap.free(p).unwrap();
         }
         let p = heap.malloc(24);
@@ -333,7 +346,11 @@ fn exhaustion_returns_null_and_the_heap_works_afterwards() {
         assert!(heap.align(4096, 3000).is_null());
         assert!(heap.malloc(1 << 30).is_null());
         assert!(heap.realloc(blocks[0], 1 << 20).is_null());
-        assert_eq!(heap.stats().unwrap(), full, "{name}: a failed call changed the heap");
+        assert_eq!(
+            heap.stats().unwrap(),
+            full,
+            "{name}: a failed call changed the heap"
+        );
         for (i, &p) in blocks.iter().enumerate() {
             assert!(holds(p, 3000, i as u8), "{name}: block {i}");
         }
@@ -346,7 +363,10 @@ fn exhaustion_returns_null_and_the_heap_works_afterwards() {
         }
         let s = heap.stats().unwrap();
         assert_eq!(s.live_allocations, 0);
-        assert!(!heap.malloc(200 << 10).is_null(), "{name}: free space did not merge");
+        assert!(
+            !heap.malloc(200 << 10).is_null(),
+            "{name}: free space did not merge"
+        );
     }
 }
 
@@ -381,7 +401,10 @@ fn size_comes_from_the_parameter_or_shmem_symmetric_size() {
         let registry = Registry::open(&opts).unwrap();
         SymmetricHeap::init(&registry, &opts).map(|h| h.len())
     };
-    assert_eq!(sized(&[("SHMEM_SYMMETRIC_SIZE", "3M")], &[]).unwrap(), 3 << 20);
+    assert_eq!(
+        sized(&[("SHMEM_SYMMETRIC_SIZE", "3M")], &[]).unwrap(),
+        3 << 20
+    );
     assert_eq!(
         sized(
             &[
@@ -427,7 +450,10 @@ fn invalid_sizes_are_clear_errors_naming_the_variable() {
         "{e}"
     );
     let e = error(&[], &[("symmetric_size", "-1")]);
-    assert!(e.contains("symmetric_size") && e.contains("command line"), "{e}");
+    assert!(
+        e.contains("symmetric_size") && e.contains("command line"),
+        "{e}"
+    );
     let e = error(&[("SHMEM_SYMMETRIC_SIZE", "lots")], &[]);
     assert!(
         e.contains("SHMEM_SYMMETRIC_SIZE") && e.contains("\"lots\""),
@@ -552,7 +578,10 @@ fn fireopal_info_lists_and_selects_both_components() {
     let path = dir.display().to_string();
     let (code, out, err) = fireopal(
         &["info"],
-        &[("FIREOPAL_PLUGIN_PATH", &path), ("FIREOPAL_MEMHEAP", "ptmalloc")],
+        &[
+            ("FIREOPAL_PLUGIN_PATH", &path),
+            ("FIREOPAL_MEMHEAP", "ptmalloc"),
+        ],
     );
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(code, 0, "{err}");
@@ -587,7 +616,15 @@ fn two_ranks_get_the_same_offsets_with_each_component() {
     for name in COMPONENTS {
         plugin();
         let (code, out, err) = fireopal(
-            &["run", "-n", "2", "--param", "symmetric_size=1m", "--", &example],
+            &[
+                "run",
+                "-n",
+                "2",
+                "--param",
+                "symmetric_size=1m",
+                "--",
+                &example,
+            ],
             &[("FIREOPAL_MEMHEAP", name)],
         );
         assert_eq!(code, 0, "{name}: {err}");
@@ -616,7 +653,15 @@ fn two_ranks_get_the_same_offsets_with_each_component() {
 fn a_job_with_a_bad_size_fails_naming_the_parameter() {
     let example = example().display().to_string();
     let (code, _, err) = fireopal(
-        &["run", "-n", "2", "--param", "symmetric_size=12q", "--", &example],
+        &[
+            "run",
+            "-n",
+            "2",
+            "--param",
+            "symmetric_size=12q",
+            "--",
+            &example,
+        ],
         &[],
     );
     assert_ne!(code, 0);

@@ -138,10 +138,9 @@ impl Allocator for BuddyModule {
         }
         let heap =
             BuddyAllocator::with_min_block(segment.len(), self.min_block).map_err(|e| match e {
-                NewError::InvalidMinBlock => PluginError::invalid(format!(
-                    "{MIN_BLOCK_PARAM} = {}: {e}",
-                    self.min_block
-                )),
+                NewError::InvalidMinBlock => {
+                    PluginError::invalid(format!("{MIN_BLOCK_PARAM} = {}: {e}", self.min_block))
+                }
                 NewError::OutOfMetadata => PluginError::new(
                     ErrorKind::RESOURCE_EXHAUSTED,
                     format!("buddy tables for a {} byte heap: {e}", segment.len()),

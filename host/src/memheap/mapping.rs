@@ -70,7 +70,10 @@ impl std::error::Error for MapError {
 fn page_size() -> u64 {
     // SAFETY: sysconf only reads a configuration value.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p).ok().filter(|p| p.is_power_of_two()).unwrap_or(4096)
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
 }
 
 /// A memfd mapped shared and read-write; unmapped and closed on drop.
@@ -103,7 +106,8 @@ impl Mapping {
             .ok_or(MapError::TooLarge(len))?;
         // SAFETY: the name is a NUL-terminated string; the flags ask for a
         // new descriptor only.
-        let raw = unsafe { libc::memfd_create(c"fireopal-symmetric-heap".as_ptr(), libc::MFD_CLOEXEC) };
+        let raw =
+            unsafe { libc::memfd_create(c"fireopal-symmetric-heap".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
             return Err(MapError::Memfd(io::Error::last_os_error()));
         }
@@ -128,9 +132,8 @@ impl Mapping {
             });
         }
         let mapped = rounded as usize;
-        let base = map_aligned(&fd, mapped, align as usize, page as usize).map_err(|error| {
-            MapError::Map { size: len, error }
-        })?;
+        let base = map_aligned(&fd, mapped, align as usize, page as usize)
+            .map_err(|error| MapError::Map { size: len, error })?;
         Ok(Mapping {
             fd,
             base,

@@ -107,7 +107,10 @@ impl fmt::Display for InitError {
             Self::Map(e) => write!(f, "symmetric heap segment: {e}"),
             Self::Open(e) => write!(f, "symmetric heap allocator: {e}"),
             Self::Module { component, error } => {
-                write!(f, "memheap component {component:?} refused the segment: {error}")
+                write!(
+                    f,
+                    "memheap component {component:?} refused the segment: {error}"
+                )
             }
         }
     }

@@ -247,8 +247,20 @@ mod tests {
             assert_eq!(parse_symmetric_size(text), Ok(want), "{text:?}");
         }
         let bad = [
-            "", "k", ".", "-1", "+1", "1q", "1.2.3", "1e", "1e+", "0x10", "1 k", "16777216t",
-            "1e30", "1e99999",
+            "",
+            "k",
+            ".",
+            "-1",
+            "+1",
+            "1q",
+            "1.2.3",
+            "1e",
+            "1e+",
+            "0x10",
+            "1 k",
+            "16777216t",
+            "1e30",
+            "1e99999",
         ];
         for text in bad {
             assert!(parse_symmetric_size(text).is_err(), "{text:?} accepted");
@@ -316,7 +328,10 @@ mod tests {
             "{e}"
         );
         let e = err(&[], &[("symmetric_size", "-5")]);
-        assert!(e.contains("symmetric_size") && e.contains("command line"), "{e}");
+        assert!(
+            e.contains("symmetric_size") && e.contains("command line"),
+            "{e}"
+        );
         let e = err(&[("SHMEM_SYMMETRIC_SIZE", "big")], &[]);
         assert!(
             e.contains("SHMEM_SYMMETRIC_SIZE") && e.contains("\"big\""),

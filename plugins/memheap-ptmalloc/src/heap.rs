@@ -331,7 +331,8 @@ impl PtHeap {
     }
 
     fn head(&self, c: u64) -> Result<u64, Corruption> {
-        self.mem.word(c.checked_add(HEAD).ok_or(corrupt(c, "offset overflow"))?)
+        self.mem
+            .word(c.checked_add(HEAD).ok_or(corrupt(c, "offset overflow"))?)
     }
 
     fn set_head(&self, c: u64, value: u64) -> Result<(), Corruption> {
@@ -373,8 +374,7 @@ impl PtHeap {
     fn live_size(&self, c: u64) -> Result<(u64, u64), Corruption> {
         let h = self.head(c)?;
         let size = h & !FLAGS;
-        if h & CINUSE == 0 || size < MIN_CHUNK || c.checked_add(size).is_none_or(|e| e > self.top)
-        {
+        if h & CINUSE == 0 || size < MIN_CHUNK || c.checked_add(size).is_none_or(|e| e > self.top) {
             return Err(corrupt(c, "header of a live chunk is not valid"));
         }
         Ok((size, h & PINUSE))
@@ -729,7 +729,10 @@ impl PtHeap {
             c += size;
         }
         if c != self.top || prev_free {
-            return Err(corrupt(c, "chunks do not end at the top, or a free chunk touches it"));
+            return Err(corrupt(
+                c,
+                "chunks do not end at the top, or a free chunk touches it",
+            ));
         }
         if used != self.used || live != self.live_count || large_free != self.large.len() {
             return Err(corrupt(0, "totals do not match the chunks"));

@@ -18,10 +18,12 @@
 
 pub mod heap;
 
+/// The segment type [`PtHeap::new`] takes, re-exported for direct users.
+pub use fireopal_abi::memheap::Segment;
 pub use heap::PtHeap;
 
 use fireopal_abi::host::Host;
-use fireopal_abi::memheap::{Allocator, MemheapComponentImpl, MemheapStats, Segment};
+use fireopal_abi::memheap::{Allocator, MemheapComponentImpl, MemheapStats};
 use fireopal_abi::param::{ParamRegistrar, ParamValue};
 use fireopal_abi::{Availability, ComponentVersion, ErrorKind, PluginError};
 

@@ -350,7 +350,10 @@ fn random_calls_keep_blocks_disjoint_and_contents_intact() {
                 match h.realloc(b.at, size) {
                     Ok(at) => {
                         let kept = b.size.min(size);
-                        assert!(arena.all_equal(at, kept, b.byte), "step {step}: realloc lost data");
+                        assert!(
+                            arena.all_equal(at, kept, b.byte),
+                            "step {step}: realloc lost data"
+                        );
                         arena.fill(at, size, byte);
                         live.push(Block { at, size, byte });
                     }
@@ -393,7 +396,10 @@ fn the_module_maps_errors_to_interface_kinds() {
     m.free(a).unwrap();
     assert_eq!(m.free(a).unwrap_err().kind, ErrorKind::INVALID_ARGUMENT);
     let s = m.stats().unwrap();
-    assert_eq!((s.heap_size, s.used_bytes, s.live_allocations), (1 << 16, 0, 0));
+    assert_eq!(
+        (s.heap_size, s.used_bytes, s.live_allocations),
+        (1 << 16, 0, 0)
+    );
     assert_eq!(s.largest_free, (1 << 16) - HEADER);
 }
 
