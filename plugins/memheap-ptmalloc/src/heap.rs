@@ -11,7 +11,7 @@
 //! c + 0   previous chunk's size, written only while that chunk is free
 //! c + 8   this chunk's size | PINUSE (previous in use) | CINUSE (this in use)
 //! c + 16  payload of a live chunk (the offset handed out); for a free
-//!         chunk in a small bin, the next and previous chunk of its bin
+//!         chunk, the next and previous chunk of its bin
 //! ```
 //!
 //! So a live chunk costs 16 bytes of header, and every offset handed out is
@@ -21,13 +21,18 @@
 //!
 //! # Finding a chunk
 //!
-//! - chunks under 1 KiB sit in 62 exact-size *small bins* (LIFO lists
-//!   linked through the chunks themselves, heads and a bitmap of non-empty
-//!   bins outside the segment): a request takes its own bin, else the
-//!   smallest non-empty larger bin;
-//! - larger free chunks are kept in an ordered set of (size, offset) outside
-//!   the segment: best fit, the lowest offset among equal sizes;
-//! - then the top.
+//! Free chunks sit in *bins*: LIFO lists linked through the chunks
+//! themselves, with the list heads and a bitmap of non-empty bins outside
+//! the segment.
+//!
+//! - chunks under 1 KiB: one bin per size (16 B steps), so a hit is exact;
+//! - larger chunks: four bins per power of two (sizes `[2^k, 1.25·2^k)`,
+//!   `[1.25·2^k, 1.5·2^k)`, ...), as in TLSF.
+//!
+//! A request looks at the first few chunks of its own bin, then takes the
+//! first chunk of the smallest non-empty bin above it (every chunk there is
+//! large enough), then carves from the top. Each step is O(1): a bitmap
+//! scan of five words and a bounded list walk.
 //!
 //! A chunk larger than needed is split and the rest goes back to a bin (or
 //! to the top). Every choice depends only on the calls made so far, never on
@@ -47,7 +52,6 @@
 // The chunk headers are read and written through the segment's raw pointer.
 #![allow(unsafe_code)]
 
-use std::collections::BTreeSet;
 use std::fmt;
 
 use fireopal_abi::memheap::Segment;
@@ -61,6 +65,16 @@ pub const MIN_CHUNK: u64 = 32;
 /// Chunks below this size live in the exact-size small bins.
 const SMALL_LIMIT: u64 = 1024;
 const SMALL_BINS: usize = (SMALL_LIMIT / GRAIN) as usize;
+/// log2 of `SMALL_LIMIT`.
+const SMALL_SHIFT: u32 = 10;
+/// Bins per power of two above `SMALL_LIMIT` (a power of two).
+const SPLITS: usize = 4;
+const SPLIT_BITS: u32 = SPLITS.trailing_zeros();
+/// Small bins, then `SPLITS` bins for each power of two from 1 KiB to 2^63.
+const BINS: usize = SMALL_BINS + (64 - SMALL_SHIFT as usize) * SPLITS;
+const MAP_WORDS: usize = BINS.div_ceil(64);
+/// Chunks of its own bin a request looks at before moving up.
+const SAME_BIN_TRIES: u32 = 8;
 
 const CINUSE: u64 = 1;
 const PINUSE: u64 = 2;
@@ -259,12 +273,10 @@ pub struct PtHeap {
     /// Start of the top; `[top, end)` has never been handed out or was
     /// given back at the end.
     top: u64,
-    /// First chunk of each small bin (index = size / 16), `NIL` when empty.
-    small: [u64; SMALL_BINS],
-    /// Bit `i`: small bin `i` is not empty.
-    small_map: u64,
-    /// Free chunks of `SMALL_LIMIT` bytes or more, as (size, offset).
-    large: BTreeSet<(u64, u64)>,
+    /// First chunk of each bin (see `bin_of`), `NIL` when empty.
+    heads: [u64; BINS],
+    /// Bit `i`: bin `i` is not empty.
+    map: [u64; MAP_WORDS],
     /// One bit per granule: a live chunk starts here.
     live: Vec<u64>,
     used: u64,
@@ -292,8 +304,14 @@ fn chunk_for(size: u64) -> Option<u64> {
     Some(s.max(MIN_CHUNK))
 }
 
-fn small_index(size: u64) -> usize {
-    (size / GRAIN) as usize
+/// Bin of a free chunk of `size` bytes.
+fn bin_of(size: u64) -> usize {
+    if size < SMALL_LIMIT {
+        return (size / GRAIN) as usize;
+    }
+    let top_bit = 63 - size.leading_zeros();
+    let split = (size >> (top_bit - SPLIT_BITS)) as usize & (SPLITS - 1);
+    SMALL_BINS + (top_bit - SMALL_SHIFT) as usize * SPLITS + split
 }
 
 impl PtHeap {
@@ -308,9 +326,8 @@ impl PtHeap {
             },
             end: len & !FLAGS,
             top: 0,
-            small: [NIL; SMALL_BINS],
-            small_map: 0,
-            large: BTreeSet::new(),
+            heads: [NIL; BINS],
+            map: [0; MAP_WORDS],
             live: Vec::new(),
             used: 0,
             live_count: 0,
@@ -380,62 +397,64 @@ impl PtHeap {
         Ok((size, h & PINUSE))
     }
 
-    fn push_small(&mut self, c: u64, size: u64) -> Result<(), Corruption> {
-        let i = small_index(size);
-        let first = self.small.get(i).copied().unwrap_or(NIL);
+    fn head_of(&self, bin: usize) -> u64 {
+        self.heads.get(bin).copied().unwrap_or(NIL)
+    }
+
+    fn set_head_of(&mut self, bin: usize, c: u64) {
+        if let Some(slot) = self.heads.get_mut(bin) {
+            *slot = c;
+        }
+        if let Some(w) = self.map.get_mut(bin / 64) {
+            if c == NIL {
+                *w &= !(1 << (bin % 64));
+            } else {
+                *w |= 1 << (bin % 64);
+            }
+        }
+    }
+
+    /// First non-empty bin at or after `bin`.
+    fn next_bin(&self, bin: usize) -> Option<usize> {
+        let mut word = bin / 64;
+        let mut bits = self.map.get(word)? & (!0u64 << (bin % 64));
+        loop {
+            if bits != 0 {
+                return Some(word * 64 + bits.trailing_zeros() as usize);
+            }
+            word += 1;
+            bits = *self.map.get(word)?;
+        }
+    }
+
+    fn bin_add(&mut self, c: u64, size: u64) -> Result<(), Corruption> {
+        let bin = bin_of(size);
+        let first = self.head_of(bin);
         self.mem.set_word(c + FD, first)?;
         self.mem.set_word(c + BK, NIL)?;
         if first != NIL {
             self.mem.set_word(first + BK, c)?;
         }
-        if let Some(slot) = self.small.get_mut(i) {
-            *slot = c;
-        }
-        self.small_map |= 1 << i;
+        self.set_head_of(bin, c);
         Ok(())
     }
 
-    fn unlink_small(&mut self, c: u64, size: u64) -> Result<(), Corruption> {
-        let i = small_index(size);
+    fn bin_remove(&mut self, c: u64, size: u64) -> Result<(), Corruption> {
+        let bin = bin_of(size);
         let fd = self.mem.word(c + FD)?;
         let bk = self.mem.word(c + BK)?;
-        let Some(slot) = self.small.get_mut(i) else {
-            return Err(corrupt(c, "small chunk of a size without a bin"));
-        };
         if bk == NIL {
-            if *slot != c {
+            if self.head_of(bin) != c {
                 return Err(corrupt(c, "free chunk is not where its bin says"));
             }
-            *slot = fd;
+            self.set_head_of(bin, fd);
         } else {
             self.mem.set_word(bk + FD, fd)?;
         }
         if fd != NIL {
             self.mem.set_word(fd + BK, bk)?;
         }
-        if *slot == NIL {
-            self.small_map &= !(1 << i);
-        }
         Ok(())
-    }
-
-    fn bin_add(&mut self, c: u64, size: u64) -> Result<(), Corruption> {
-        if size < SMALL_LIMIT {
-            self.push_small(c, size)
-        } else {
-            self.large.insert((size, c));
-            Ok(())
-        }
-    }
-
-    fn bin_remove(&mut self, c: u64, size: u64) -> Result<(), Corruption> {
-        if size < SMALL_LIMIT {
-            self.unlink_small(c, size)
-        } else if self.large.remove(&(size, c)) {
-            Ok(())
-        } else {
-            Err(corrupt(c, "free chunk is missing from the large set"))
-        }
     }
 
     /// Makes `[c, c + size)` a free chunk in a bin. The chunk before it is
@@ -469,18 +488,28 @@ impl PtHeap {
     /// Takes a free chunk of at least `size` bytes out of the bins or the
     /// top, without splitting it: (offset, its size).
     fn take(&mut self, size: u64) -> Result<Option<(u64, u64)>, Corruption> {
-        if size < SMALL_LIMIT {
-            let mask = self.small_map & (!0u64 << small_index(size));
-            if mask != 0 {
-                let i = mask.trailing_zeros() as usize;
-                let c = self.small.get(i).copied().unwrap_or(NIL);
-                let found = i as u64 * GRAIN;
-                self.unlink_small(c, found)?;
+        let bin = bin_of(size);
+        // Its own bin: exact for small sizes, a few tries for large ones.
+        let mut c = self.head_of(bin);
+        for _ in 0..SAME_BIN_TRIES {
+            if c == NIL {
+                break;
+            }
+            let found = self.head(c)? & !FLAGS;
+            if found >= size {
+                self.bin_remove(c, found)?;
                 return Ok(Some((c, found)));
             }
+            c = self.mem.word(c + FD)?;
         }
-        if let Some(&(found, c)) = self.large.range((size, 0)..).next() {
-            self.large.remove(&(found, c));
+        // Every chunk of a higher bin is large enough.
+        if let Some(b) = self.next_bin(bin + 1) {
+            let c = self.head_of(b);
+            let found = self.head(c)? & !FLAGS;
+            if bin_of(found) != b {
+                return Err(corrupt(c, "free chunk in the wrong bin"));
+            }
+            self.bin_remove(c, found)?;
             return Ok(Some((c, found)));
         }
         if self.end - self.top >= size {
@@ -669,19 +698,36 @@ impl PtHeap {
     /// Current figures.
     pub fn stats(&self) -> Stats {
         let top = self.end - self.top;
-        let large = self.large.last().map_or(0, |&(s, _)| s);
-        let small = if self.small_map == 0 {
-            0
-        } else {
-            u64::from(63 - self.small_map.leading_zeros()) * GRAIN
-        };
         Stats {
             heap_bytes: self.mem.len,
             used_bytes: self.used,
             free_bytes: self.end - self.used,
-            largest_free: top.max(large).max(small).saturating_sub(HEADER),
+            largest_free: top.max(self.largest_binned()).saturating_sub(HEADER),
             live_allocations: self.live_count,
         }
+    }
+
+    /// Size of the largest free chunk in the bins: the largest in the
+    /// highest non-empty bin (a walk of that one list).
+    fn largest_binned(&self) -> u64 {
+        let Some(bin) = (0..MAP_WORDS).rev().find_map(|w| {
+            let bits = self.map.get(w).copied().unwrap_or(0);
+            (bits != 0).then(|| w * 64 + 63 - bits.leading_zeros() as usize)
+        }) else {
+            return 0;
+        };
+        let (mut largest, mut c, mut steps) = (0, self.head_of(bin), 0u64);
+        // Bounded by the number of chunks, in case the list is broken.
+        while c != NIL && steps <= self.end / MIN_CHUNK {
+            let Ok(h) = self.head(c) else { break };
+            largest = largest.max(h & !FLAGS);
+            let Ok(next) = self.mem.word(c + FD) else {
+                break;
+            };
+            c = next;
+            steps += 1;
+        }
+        largest
     }
 
     /// Walks every chunk and bin and checks that they agree (for tests;
@@ -690,7 +736,7 @@ impl PtHeap {
         self.healthy()?;
         let mut c = 0u64;
         let mut prev_free = false;
-        let (mut used, mut live, mut small_free, mut large_free) = (0u64, 0u64, 0u64, 0usize);
+        let (mut used, mut live, mut free) = (0u64, 0u64, 0u64);
         while c < self.top {
             let h = self.head(c)?;
             let size = h & !FLAGS;
@@ -717,13 +763,7 @@ impl PtHeap {
                 if self.mem.word(c + size + PREV_FOOT)? != size {
                     return Err(corrupt(c, "footer of a free chunk is wrong"));
                 }
-                if size < SMALL_LIMIT {
-                    small_free += 1;
-                } else if self.large.contains(&(size, c)) {
-                    large_free += 1;
-                } else {
-                    return Err(corrupt(c, "large free chunk missing from the set"));
-                }
+                free += 1;
                 prev_free = true;
             }
             c += size;
@@ -734,7 +774,7 @@ impl PtHeap {
                 "chunks do not end at the top, or a free chunk touches it",
             ));
         }
-        if used != self.used || live != self.live_count || large_free != self.large.len() {
+        if used != self.used || live != self.live_count {
             return Err(corrupt(0, "totals do not match the chunks"));
         }
         let live_bits: u64 = self.live.iter().map(|w| u64::from(w.count_ones())).sum();
@@ -742,29 +782,30 @@ impl PtHeap {
             return Err(corrupt(0, "live bitmap has bits outside live chunks"));
         }
         let mut listed = 0u64;
-        for (i, &first) in self.small.iter().enumerate() {
-            if (first != NIL) != (self.small_map >> i & 1 == 1) {
-                return Err(corrupt(first, "small bin bitmap is wrong"));
+        for (i, &first) in self.heads.iter().enumerate() {
+            let mapped = self.map.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1);
+            if (first != NIL) != mapped {
+                return Err(corrupt(first, "bin bitmap is wrong"));
             }
             let (mut prev, mut x) = (NIL, first);
             while x != NIL {
                 listed += 1;
-                if listed > small_free {
-                    return Err(corrupt(x, "small bins hold more chunks than the heap"));
+                if listed > free {
+                    return Err(corrupt(x, "bins hold more chunks than the heap"));
                 }
                 let h = self.head(x)?;
-                if h & CINUSE != 0 || h & !FLAGS != i as u64 * GRAIN {
-                    return Err(corrupt(x, "chunk in the wrong small bin"));
+                if h & CINUSE != 0 || bin_of(h & !FLAGS) != i {
+                    return Err(corrupt(x, "chunk in the wrong bin"));
                 }
                 if self.mem.word(x + BK)? != prev {
-                    return Err(corrupt(x, "small bin back link is wrong"));
+                    return Err(corrupt(x, "bin back link is wrong"));
                 }
                 prev = x;
                 x = self.mem.word(x + FD)?;
             }
         }
-        if listed != small_free {
-            return Err(corrupt(0, "a small free chunk is in no bin"));
+        if listed != free {
+            return Err(corrupt(0, "a free chunk is in no bin"));
         }
         Ok(())
     }

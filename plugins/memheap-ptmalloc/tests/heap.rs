@@ -131,6 +131,37 @@ fn small_bins_reuse_the_most_recently_freed_chunk() {
 }
 
 #[test]
+fn large_chunks_are_reused_from_their_bin_or_a_higher_one() {
+    let arena = Arena::new(4 << 20);
+    let mut h = arena.heap();
+    // Free chunks of several large sizes, each between live fences.
+    let sizes = [1500u64, 3000, 9000, 100_000, 700_000];
+    let mut freed = Vec::new();
+    for &size in &sizes {
+        let a = h.alloc(size, 16).unwrap();
+        let _fence = h.alloc(16, 16).unwrap();
+        freed.push(a);
+    }
+    for &a in &freed {
+        h.free(a).unwrap();
+    }
+    h.check_consistency().unwrap();
+    // Same sizes come back at the same offsets (own bin).
+    for (&size, &a) in sizes.iter().zip(&freed).rev() {
+        assert_eq!(h.alloc(size, 16).unwrap(), a, "{size}");
+    }
+    for &a in &freed {
+        h.free(a).unwrap();
+    }
+    // 50 000 bytes: its bin is empty, the next non-empty one holds the
+    // 100 000-byte chunk, which is split.
+    assert_eq!(h.alloc(50_000, 16).unwrap(), freed[3]);
+    let rest = h.alloc(40_000, 16).unwrap();
+    assert!(rest > freed[3] && rest < freed[4], "{rest}");
+    h.check_consistency().unwrap();
+}
+
+#[test]
 fn large_alignments_are_honoured() {
     let arena = Arena::new(8 << 20);
     let mut h = arena.heap();
