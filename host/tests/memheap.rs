@@ -600,7 +600,9 @@ fn offsets_of(out: &str) -> Vec<(u32, String, String)> {
     let mut v: Vec<(u32, String, String)> = out
         .lines()
         .filter_map(|l| {
-            let rest = l.strip_prefix("rank ")?;
+            // `--tag-output` prints whole lines, each after "[rank] ".
+            let (_, line) = l.split_once("] ")?;
+            let rest = line.strip_prefix("rank ")?;
             let (rank, rest) = rest.split_once(" component ")?;
             let (component, rest) = rest.split_once(' ')?;
             Some((rank.parse().ok()?, component.to_owned(), rest.to_owned()))
@@ -620,6 +622,7 @@ fn two_ranks_get_the_same_offsets_with_each_component() {
                 "run",
                 "-n",
                 "2",
+                "--tag-output",
                 "--param",
                 "symmetric_size=1m",
                 "--",
