@@ -5,7 +5,10 @@
 //!   outside the heap);
 //! - `buddy_system_allocator`: that crate's `Heap`, whose free lists live
 //!   inside the heap, over a region reserved with `mmap(MAP_NORESERVE)` so
-//!   only the pages it writes are backed.
+//!   only the pages it writes are backed;
+//! - `ptmalloc`: the memheap plugin's dlmalloc-style allocator (through the
+//!   plugin crate's rlib), chunk headers inside the heap, over the same
+//!   kind of region.
 //!
 //! Two situations:
 //! - `buddy_pair/<heap>`: a heap in use. Before measuring, every allocator
@@ -30,6 +33,7 @@ use std::ptr::NonNull;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use fireopal_core::buddy::BuddyAllocator;
+use fireopal_memheap_ptmalloc::{PtHeap, Segment};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -173,10 +177,40 @@ impl Pairs for Bsa {
     }
 }
 
-// The ptmalloc memheap component (a plugin, added with the host memheap
-// framework) goes here: implement `Pairs` for it (over a `Region` like
-// `Bsa`), then in `compare` build it, `warm_up` it with the same `fill` and
-// call `bench_pairs` with it, next to the other two allocators.
+/// The `ptmalloc` memheap plugin's allocator (through its rlib) over a
+/// reserved region: chunk headers inside the heap, as in the plugin.
+struct Pt {
+    heap: PtHeap,
+    _region: Region,
+}
+
+impl Pt {
+    fn new(size: u64) -> Pt {
+        let region = Region::reserve(size);
+        let start = region.aligned_start(4096);
+        // SAFETY: `[start, start + size)` lies inside the mapping (twice as
+        // long), is read-write, and is used by this heap only; the mapping
+        // is dropped after the heap (field order).
+        let segment = unsafe { Segment::new(start as *mut u8, size) };
+        Pt {
+            heap: PtHeap::new(segment),
+            _region: region,
+        }
+    }
+}
+
+impl Pairs for Pt {
+    #[inline]
+    fn alloc(&mut self, size: u64) -> Option<u64> {
+        self.heap.alloc(size, ALIGN).ok()
+    }
+
+    #[inline]
+    fn free(&mut self, at: u64, _size: u64) {
+        let freed = self.heap.free(at);
+        debug_assert!(freed.is_ok());
+    }
+}
 
 /// How a heap is filled before measuring: `count` requests of the random
 /// mix capped at `cap` bytes, every other one then freed.
@@ -245,7 +279,7 @@ fn bench_pairs<P: Pairs>(
     }
 }
 
-/// One criterion group: both allocators on a heap of `heap` bytes, filled
+/// One criterion group: the three allocators on a heap of `heap` bytes, filled
 /// with `fill` (or left empty), measured for `sizes` and the mix.
 fn compare(c: &mut Criterion, name: &str, heap: u64, fill: Option<Fill>, sizes: &[u64], mix: bool) {
     let mut group = c.benchmark_group(name);
@@ -261,6 +295,10 @@ fn compare(c: &mut Criterion, name: &str, heap: u64, fill: Option<Fill>, sizes: 
         sizes,
         mix,
     );
+    drop(theirs);
+    let mut pt = Pt::new(heap);
+    let _live = fill.map(|f| warm_up(&mut pt, f));
+    bench_pairs(&mut group, "ptmalloc", &mut pt, sizes, mix);
     group.finish();
 }
 

@@ -284,12 +284,20 @@ fn builtins() -> Vec<BuiltIn> {
     static BUILTINS: std::sync::OnceLock<Vec<BuiltIn>> = std::sync::OnceLock::new();
     BUILTINS
         .get_or_init(|| {
-            vec![(
-                Framework::Btl,
-                Root::Btl(fireopal_abi::export::btl_component::<
-                    crate::btl::self_btl::SelfComponent,
-                >()),
-            )]
+            vec![
+                (
+                    Framework::Btl,
+                    Root::Btl(fireopal_abi::export::btl_component::<
+                        crate::btl::self_btl::SelfComponent,
+                    >()),
+                ),
+                (
+                    Framework::Memheap,
+                    Root::Memheap(fireopal_abi::export::memheap_component::<
+                        crate::memheap::buddy::BuddyComponent,
+                    >()),
+                ),
+            ]
         })
         .clone()
 }

@@ -1,0 +1,289 @@
+//! The segment behind the symmetric heap: a memfd of the heap's size,
+//! mapped shared at an address aligned to a large power of two.
+//!
+//! A memfd (rather than anonymous memory) lets a node-local peer map the
+//! same pages later, given the descriptor (over a Unix socket, or through
+//! `/proc/<pid>/fd/<fd>` where ptrace rules allow). The file is sparse: a
+//! page costs memory only once written.
+
+// memfd_create, ftruncate, mmap and munmap.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+use fireopal_abi::memheap::Segment;
+
+/// Largest base alignment sought: beyond it, reserving the alignment gap
+/// would waste too much address space.
+const MAX_BASE_ALIGN: u64 = 1 << 30;
+
+/// Why the segment could not be made.
+#[derive(Debug)]
+pub enum MapError {
+    /// The size does not fit this machine's address space.
+    TooLarge(u64),
+    /// `memfd_create` failed.
+    Memfd(io::Error),
+    /// `ftruncate` to the heap size failed.
+    Resize {
+        /// Requested size.
+        size: u64,
+        /// The system's error.
+        error: io::Error,
+    },
+    /// `mmap` failed.
+    Map {
+        /// Requested size.
+        size: u64,
+        /// The system's error.
+        error: io::Error,
+    },
+}
+
+impl fmt::Display for MapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLarge(size) => {
+                write!(f, "a {size} byte segment does not fit the address space")
+            }
+            Self::Memfd(e) => write!(f, "memfd_create failed: {e}"),
+            Self::Resize { size, error } => {
+                write!(f, "cannot size the heap file to {size} bytes: {error}")
+            }
+            Self::Map { size, error } => write!(f, "cannot map {size} bytes: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for MapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::TooLarge(_) => None,
+            Self::Memfd(e) | Self::Resize { error: e, .. } | Self::Map { error: e, .. } => Some(e),
+        }
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// A memfd mapped shared and read-write; unmapped and closed on drop.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    fd: OwnedFd,
+    base: NonNull<u8>,
+    /// Heap length asked for.
+    len: u64,
+    /// Bytes mapped (`len` rounded up to pages; 0 for an empty heap).
+    mapped: usize,
+    /// The base is a multiple of this.
+    align: u64,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; its
+// address is valid from any thread until drop, and the struct holds no
+// thread-bound state.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only hands out the address and the fd.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Creates a memfd of `len` bytes and maps it.
+    pub(crate) fn new(len: u64) -> Result<Mapping, MapError> {
+        let page = page_size();
+        let rounded = len
+            .checked_next_multiple_of(page)
+            .filter(|&r| usize::try_from(r).is_ok() && i64::try_from(r).is_ok())
+            .ok_or(MapError::TooLarge(len))?;
+        // SAFETY: the name is a NUL-terminated string; the flags ask for a
+        // new descriptor only.
+        let raw =
+            unsafe { libc::memfd_create(c"fireopal-symmetric-heap".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(MapError::Memfd(io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let size = libc::off_t::try_from(len).map_err(|_| MapError::TooLarge(len))?;
+        // SAFETY: `fd` is an open memfd owned here.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+            return Err(MapError::Resize {
+                size: len,
+                error: io::Error::last_os_error(),
+            });
+        }
+        let align = len.next_power_of_two().clamp(page, MAX_BASE_ALIGN);
+        if len == 0 {
+            return Ok(Mapping {
+                fd,
+                base: NonNull::dangling(),
+                len,
+                mapped: 0,
+                align,
+            });
+        }
+        let mapped = rounded as usize;
+        let base = map_aligned(&fd, mapped, align as usize, page as usize)
+            .map_err(|error| MapError::Map { size: len, error })?;
+        Ok(Mapping {
+            fd,
+            base,
+            len,
+            mapped,
+            align,
+        })
+    }
+
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub(crate) fn align(&self) -> u64 {
+        self.align
+    }
+
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// The mapping as a memheap segment.
+    pub(crate) fn segment(&self) -> Segment {
+        // SAFETY: the memory stays mapped read-write until `self` drops;
+        // `SymmetricHeap` drops the module it hands this to first, and
+        // writes into the segment only inside blocks the module handed out.
+        unsafe { Segment::new(self.base(), self.len) }
+    }
+
+    /// Sets `len` bytes at `offset` to zero; a range that does not lie
+    /// inside the mapping is left alone.
+    pub(crate) fn zero(&self, offset: u64, len: u64) {
+        if offset.checked_add(len).is_some_and(|end| end <= self.len) {
+            // SAFETY: the range lies inside the mapping (checked above),
+            // which is read-write; offsets fit a usize since it is mapped.
+            unsafe { std::ptr::write_bytes(self.base().add(offset as usize), 0, len as usize) };
+        }
+    }
+}
+
+/// Maps `fd` (`len` bytes, a multiple of `page`) shared at an address that
+/// is a multiple of `align`: reserves `len + align` bytes of address space,
+/// maps the file over the aligned part, and gives back the rest.
+fn map_aligned(fd: &OwnedFd, len: usize, align: usize, page: usize) -> io::Result<NonNull<u8>> {
+    let reserve = len
+        .checked_add(align - page)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    // SAFETY: a fresh inaccessible anonymous mapping at an address of the
+    // kernel's choice; no existing memory is affected.
+    let start = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            reserve,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if start == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let start_addr = start as usize;
+    let aligned = start_addr.next_multiple_of(align);
+    // SAFETY: `[aligned, aligned + len)` lies inside the reservation made
+    // above, which this function owns; MAP_FIXED replaces only that part.
+    let mapped = unsafe {
+        libc::mmap(
+            aligned as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if mapped == libc::MAP_FAILED {
+        let error = io::Error::last_os_error();
+        // SAFETY: the whole reservation is ours and nothing uses it.
+        unsafe { libc::munmap(start, reserve) };
+        return Err(error);
+    }
+    let head = aligned - start_addr;
+    let tail = reserve - head - len;
+    // SAFETY: the gaps before and after the heap are parts of our own
+    // reservation that nothing uses.
+    unsafe {
+        if head > 0 {
+            libc::munmap(start, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
+    }
+    NonNull::new(aligned as *mut u8).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.mapped > 0 {
+            // SAFETY: exactly the mapping made in `new`; the heap using it is
+            // dropped before (field order in `SymmetricHeap`).
+            unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_is_aligned_shared_and_sized() {
+        let m = Mapping::new(3 << 20).unwrap();
+        assert_eq!(m.align(), 4 << 20);
+        assert_eq!(m.base() as usize % (4 << 20), 0);
+        // SAFETY: inside the fresh mapping of 3 MiB.
+        unsafe {
+            m.base().add((3 << 20) - 1).write(7);
+        }
+        // The file has the heap's size and sees the write.
+        let meta = std::fs::File::from(m.fd().try_clone().unwrap())
+            .metadata()
+            .unwrap();
+        assert_eq!(meta.len(), 3 << 20);
+        let mut byte = [0u8; 1];
+        // SAFETY: reads one byte of the memfd into a local buffer.
+        let n = unsafe {
+            libc::pread(
+                m.fd().as_raw_fd(),
+                byte.as_mut_ptr().cast(),
+                1,
+                (3 << 20) - 1,
+            )
+        };
+        assert_eq!((n, byte[0]), (1, 7));
+    }
+
+    #[test]
+    fn empty_and_impossible_sizes() {
+        let m = Mapping::new(0).unwrap();
+        assert_eq!(m.len(), 0);
+        assert!(matches!(Mapping::new(u64::MAX), Err(MapError::TooLarge(_))));
+        assert!(matches!(
+            Mapping::new(1 << 62),
+            Err(MapError::Resize { .. } | MapError::Map { .. })
+        ));
+    }
+}

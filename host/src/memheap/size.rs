@@ -1,0 +1,341 @@
+//! The symmetric heap's size: the `symmetric_size` parameter, OpenSHMEM's
+//! `SHMEM_SYMMETRIC_SIZE`, and the number syntax both use.
+
+use std::fmt;
+
+use fireopal_abi::param::{ParamSpec, ParamValue};
+
+use crate::param::{ParamError, ParamStore, Source, ENV_PREFIX};
+use crate::plugin::Options;
+
+/// Name of the host parameter (`--param symmetric_size=`,
+/// `FIREOPAL_SYMMETRIC_SIZE`).
+pub const SYMMETRIC_SIZE_PARAM: &str = "symmetric_size";
+/// OpenSHMEM's variable, read when `symmetric_size` is not set.
+pub const SHMEM_SYMMETRIC_SIZE: &str = "SHMEM_SYMMETRIC_SIZE";
+/// Size when nothing is set: 256 MiB per process. The memfd is sparse, so
+/// only the pages that are written cost memory.
+pub const DEFAULT_SYMMETRIC_SIZE: u64 = 256 << 20;
+const DEFAULT_TEXT: &str = "256m";
+
+/// The declaration of `symmetric_size`. It is text, parsed by
+/// [`parse_symmetric_size`], because OpenSHMEM allows a fraction ("1.5g")
+/// that the host's plain size type does not.
+pub fn symmetric_size_spec() -> ParamSpec {
+    ParamSpec::new(
+        SYMMETRIC_SIZE_PARAM,
+        ParamValue::Str(DEFAULT_TEXT.into()),
+        "bytes of symmetric heap per process: a number (fraction and exponent allowed) with an \
+         optional k, m, g or t suffix (powers of 1024); SHMEM_SYMMETRIC_SIZE is read when this \
+         is not set",
+    )
+}
+
+/// Parses a heap size as OpenSHMEM defines `SHMEM_SYMMETRIC_SIZE`: a
+/// non-negative integer or floating-point number with an optional suffix
+/// `k`, `m`, `g` or `t` (either case; powers of 1024). A fraction of a byte
+/// rounds up. The arithmetic is exact (no binary floating point).
+///
+/// ```
+/// use fireopal::memheap::parse_symmetric_size;
+/// assert_eq!(parse_symmetric_size("64k"), Ok(65536));
+/// assert_eq!(parse_symmetric_size("1.5G"), Ok(3 << 29));
+/// assert_eq!(parse_symmetric_size("2e3"), Ok(2000));
+/// assert!(parse_symmetric_size("-1m").is_err());
+/// ```
+pub fn parse_symmetric_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (number, shift) = match t.chars().last() {
+        Some(c) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_lowercase() {
+                'k' => 10,
+                'm' => 20,
+                'g' => 30,
+                't' => 40,
+                _ => return Err(format!("unknown size suffix {c:?} (use k, m, g or t)")),
+            };
+            (t.strip_suffix(c).unwrap_or(t), shift)
+        }
+        _ => (t, 0u32),
+    };
+    let expected = || {
+        "expected a non-negative number with an optional k, m, g or t suffix, such as 4096, \
+         64k, 1.5g or 2e9"
+            .to_owned()
+    };
+    let (mantissa, exponent) = match number.split_once(['e', 'E']) {
+        Some((m, e)) => (m, Some(e)),
+        None => (number, None),
+    };
+    let (whole, fraction) = match mantissa.split_once('.') {
+        Some((w, f)) => (w, f),
+        None => (mantissa, ""),
+    };
+    let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() + fraction.len() == 0 || !digits_only(whole) || !digits_only(fraction) {
+        return Err(expected());
+    }
+    let mut exp10: i64 = match exponent {
+        None => 0,
+        Some(e) => {
+            let body = e.strip_prefix(['+', '-']).unwrap_or(e);
+            if body.is_empty() || !digits_only(body) || body.len() > 4 {
+                return Err(expected());
+            }
+            e.parse().map_err(|_| expected())?
+        }
+    };
+    // The digits as one integer, leading zeros dropped.
+    let digits = format!("{whole}{fraction}");
+    let digits = digits.trim_start_matches('0');
+    if digits.len() > 38 {
+        return Err("too many digits".to_owned());
+    }
+    let mut value: u128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| expected())?
+    };
+    exp10 -= fraction.len() as i64;
+    let too_large = || "size does not fit in 64 bits".to_owned();
+    value = value.checked_mul(1u128 << shift).ok_or_else(too_large)?;
+    if value != 0 {
+        if exp10 >= 0 {
+            let scale = u32::try_from(exp10)
+                .ok()
+                .and_then(|e| 10u128.checked_pow(e))
+                .ok_or_else(too_large)?;
+            value = value.checked_mul(scale).ok_or_else(too_large)?;
+        } else {
+            // Divide rounding up; a divisor past u128 leaves a fraction.
+            value = match u32::try_from(-exp10)
+                .ok()
+                .and_then(|e| 10u128.checked_pow(e))
+            {
+                Some(d) => value.div_ceil(d),
+                None => 1,
+            };
+        }
+    }
+    u64::try_from(value).map_err(|_| too_large())
+}
+
+/// Why the heap size could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SizeError {
+    /// `symmetric_size` (command line or `FIREOPAL_SYMMETRIC_SIZE`) is not
+    /// a valid size.
+    Param(ParamError),
+    /// `SHMEM_SYMMETRIC_SIZE` is not a valid size.
+    ShmemVariable {
+        /// The text found.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for SizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Param(e) => write!(f, "symmetric heap size: {e}"),
+            Self::ShmemVariable { value, reason } => write!(
+                f,
+                "symmetric heap size: invalid value {value:?} in environment variable \
+                 {SHMEM_SYMMETRIC_SIZE}: {reason}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SizeError {}
+
+/// The decided heap size and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymmetricSize {
+    /// Bytes per process.
+    pub bytes: u64,
+    /// `command line`, `environment FIREOPAL_SYMMETRIC_SIZE`, `environment
+    /// SHMEM_SYMMETRIC_SIZE` or `default`.
+    pub from: String,
+}
+
+/// Decides the heap size for `options` (the same command line and
+/// environment discovery used): `--param symmetric_size=` beats
+/// `FIREOPAL_SYMMETRIC_SIZE`, which beats `SHMEM_SYMMETRIC_SIZE`, which
+/// beats [`DEFAULT_SYMMETRIC_SIZE`].
+pub fn resolve_symmetric_size(options: &Options) -> Result<SymmetricSize, SizeError> {
+    let environment: Vec<(String, String)> = match &options.environment {
+        Some(env) => env.clone(),
+        // Variables that are not UTF-8 cannot be ours; skip them.
+        None => std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect(),
+    };
+    let shmem = environment
+        .iter()
+        .find(|(k, _)| k == SHMEM_SYMMETRIC_SIZE)
+        .map(|(_, v)| v.clone());
+    let mut store = ParamStore::with_environment(
+        options.command_line.clone(),
+        environment
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(ENV_PREFIX)),
+    );
+    store
+        .register("fireopal", "", symmetric_size_spec())
+        .map_err(SizeError::Param)?;
+    let param = store
+        .get(SYMMETRIC_SIZE_PARAM)
+        .ok_or_else(|| SizeError::Param(ParamError::BadName(SYMMETRIC_SIZE_PARAM.into())))?;
+    if param.source != Source::Default {
+        let text = param.value.to_string();
+        let bytes = parse_symmetric_size(&text).map_err(|reason| {
+            SizeError::Param(ParamError::BadValue {
+                name: SYMMETRIC_SIZE_PARAM.into(),
+                value: text.clone(),
+                source: param.source.clone(),
+                reason,
+            })
+        })?;
+        return Ok(SymmetricSize {
+            bytes,
+            from: param.source.to_string(),
+        });
+    }
+    if let Some(value) = shmem {
+        let bytes = parse_symmetric_size(&value)
+            .map_err(|reason| SizeError::ShmemVariable { value, reason })?;
+        return Ok(SymmetricSize {
+            bytes,
+            from: format!("environment {SHMEM_SYMMETRIC_SIZE}"),
+        });
+    }
+    Ok(SymmetricSize {
+        bytes: DEFAULT_SYMMETRIC_SIZE,
+        from: Source::Default.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_as_openshmem_writes_them() {
+        let ok = [
+            ("0", 0),
+            ("4096", 4096),
+            (" 64k ", 64 << 10),
+            ("2M", 2 << 20),
+            ("1g", 1 << 30),
+            ("3T", 3 << 40),
+            ("1.5g", 3 << 29),
+            ("0.5k", 512),
+            (".25m", 1 << 18),
+            ("1.", 1),
+            ("2e3", 2000),
+            ("2.5E+2k", 250 << 10),
+            ("1e-3", 1),
+            ("1.0001", 2),
+            ("007", 7),
+            ("16777215.5t", u64::MAX - (1 << 39) + 1),
+            ("0.00000000000000000000000000000000000001", 1),
+            ("0.000000000000000000000000000000000000000000001k", 1),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_symmetric_size(text), Ok(want), "{text:?}");
+        }
+        let bad = [
+            "",
+            "k",
+            ".",
+            "-1",
+            "+1",
+            "1q",
+            "1.2.3",
+            "1e",
+            "1e+",
+            "0x10",
+            "1 k",
+            "16777216t",
+            "1e30",
+            "1e99999",
+        ];
+        for text in bad {
+            assert!(parse_symmetric_size(text).is_err(), "{text:?} accepted");
+        }
+        assert!(parse_symmetric_size("1q").unwrap_err().contains("suffix"));
+    }
+
+    fn opts(env: &[(&str, &str)], cli: &[(&str, &str)]) -> Options {
+        let own = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        Options {
+            environment: Some(own(env)),
+            command_line: own(cli),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn precedence_command_line_fireopal_shmem_default() {
+        let r = |env: &[(&str, &str)], cli: &[(&str, &str)]| {
+            resolve_symmetric_size(&opts(env, cli)).map(|s| (s.bytes, s.from))
+        };
+        assert_eq!(r(&[], &[]), Ok((DEFAULT_SYMMETRIC_SIZE, "default".into())));
+        let shmem = [("SHMEM_SYMMETRIC_SIZE", "2m")];
+        assert_eq!(
+            r(&shmem, &[]),
+            Ok((2 << 20, "environment SHMEM_SYMMETRIC_SIZE".into()))
+        );
+        let both = [
+            ("SHMEM_SYMMETRIC_SIZE", "2m"),
+            ("FIREOPAL_SYMMETRIC_SIZE", "3m"),
+        ];
+        assert_eq!(
+            r(&both, &[]),
+            Ok((3 << 20, "environment FIREOPAL_SYMMETRIC_SIZE".into()))
+        );
+        assert_eq!(
+            r(&both, &[("symmetric_size", "1.5m")]),
+            Ok((3 << 19, "command line".into()))
+        );
+        // Ours set: a bad SHMEM value is never read.
+        let ours_wins = [
+            ("SHMEM_SYMMETRIC_SIZE", "lots"),
+            ("FIREOPAL_SYMMETRIC_SIZE", "1m"),
+        ];
+        assert_eq!(r(&ours_wins, &[]).map(|s| s.0), Ok(1 << 20));
+    }
+
+    #[test]
+    fn invalid_sizes_name_their_variable() {
+        let err = |env: &[(&str, &str)], cli: &[(&str, &str)]| {
+            resolve_symmetric_size(&opts(env, cli))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(&[("FIREOPAL_SYMMETRIC_SIZE", "12q")], &[]);
+        assert!(
+            e.contains("symmetric_size")
+                && e.contains("FIREOPAL_SYMMETRIC_SIZE")
+                && e.contains("\"12q\"")
+                && e.contains("suffix"),
+            "{e}"
+        );
+        let e = err(&[], &[("symmetric_size", "-5")]);
+        assert!(
+            e.contains("symmetric_size") && e.contains("command line"),
+            "{e}"
+        );
+        let e = err(&[("SHMEM_SYMMETRIC_SIZE", "big")], &[]);
+        assert!(
+            e.contains("SHMEM_SYMMETRIC_SIZE") && e.contains("\"big\""),
+            "{e}"
+        );
+    }
+}
