@@ -7,6 +7,8 @@
 //! test that loads them proves that a plugin built later is picked up
 //! without rebuilding the host.
 
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};

@@ -4,8 +4,9 @@
 //! can see, built-in and file, each with a [`Status`]:
 //!
 //! 1. framework parameters are registered (`plugin_path`, `btl`,
-//!    `memheap`, `log_level`);
-//! 2. built-in components are listed (the btl `self`);
+//!    `memheap`, `symmetric_size`, `log_level`);
+//! 2. built-in components are listed (the btl `self`, the memheap
+//!    `buddy`);
 //! 3. the search path is scanned; file names are matched against the
 //!    framework's include/exclude list *before* anything is opened;
 //! 4. every admitted file's header is opened, then root modules are
@@ -349,6 +350,7 @@ impl Registry {
                 ParamValue::Str("".into()),
                 "memheap components to consider: 'a,b' keeps only those, '^a,b' drops those",
             ),
+            crate::memheap::symmetric_size_spec(),
             ParamSpec::new(
                 "log_level",
                 ParamValue::Str("warn".into()),

@@ -436,7 +436,9 @@ fn case_peer_death(c: &mut Ctx) -> Result<(), String> {
     }
     let start = Instant::now();
     loop {
-        if c.m.send(victim, TAG_DEATH, &[TAG_DEATH], &[0u8; 1024]).is_err()
+        if c.m
+            .send(victim, TAG_DEATH, &[TAG_DEATH], &[0u8; 1024])
+            .is_err()
             || c.m.progress().is_err()
         {
             return Ok(());
