@@ -58,6 +58,8 @@ struct Ctx {
     prev: u32,
     inbox: Inbox,
     many_seen: Rc<RefCell<(u64, u64)>>,
+    /// RDMA completions collected so far: id -> succeeded.
+    rdma_done: std::collections::HashMap<SendId, bool>,
 }
 
 fn pattern(rank: u32, seq: u32, len: usize) -> Vec<u8> {
@@ -73,6 +75,17 @@ fn pattern(rank: u32, seq: u32, len: usize) -> Vec<u8> {
 }
 
 impl Ctx {
+    /// Whether the RDMA operation behind `ticket` finished, and how.
+    fn rdma_status(&mut self, ticket: SendTicket) -> Option<bool> {
+        for (id, status) in self.m.take_completions() {
+            self.rdma_done.insert(id, status.is_ok());
+        }
+        match ticket {
+            SendTicket::Done => Some(true),
+            SendTicket::Pending(id) => self.rdma_done.get(&id).copied(),
+        }
+    }
+
     fn progress(&mut self) -> Result<usize, String> {
         let n = self.m.progress().map_err(|e| e.to_string())?;
         if let Some((peer, why)) = self.m.take_failures().into_iter().next() {
@@ -238,21 +251,22 @@ fn case_sendi(c: &mut Ctx) -> Result<(), String> {
             .map(|a| a.max_send_size.min(1 << 20) as usize)
             .unwrap_or(1 << 20);
     let mut queued_then_busy = None;
-    // Flood without progressing until the module has to queue.
+    // Flood without progressing until the module has to queue (or at least
+    // finish later), then try an immediate send: it must answer Busy, or
+    // arrive after everything sent before it.
     for seq in 0..64u32 {
         match c.send(TAG_FLOOD, &seq.to_le_bytes(), &vec![7u8; big])? {
             SendTicket::Done => {}
             SendTicket::Pending(_) => {
+                let mut h = vec![TAG_FLOOD, 0xEE];
+                h.extend_from_slice(&(seq + 1).to_le_bytes());
                 let sent =
-                    c.m.try_send_immediate(c.next, TAG_FLOOD, &[TAG_FLOOD], b"x")
+                    c.m.try_send_immediate(c.next, TAG_FLOOD, &h, b"x")
                         .map_err(|e| e.to_string())?;
                 queued_then_busy = Some(!sent);
                 break;
             }
         }
-    }
-    if queued_then_busy == Some(false) {
-        return Err("sendi sent although sends to the peer were queued".into());
     }
     c.drain_sends()?;
     // Immediate sends with ids: exactly those answered Sent arrive, whole.
@@ -303,10 +317,27 @@ fn case_sendi(c: &mut Ctx) -> Result<(), String> {
         ));
     }
     c.barrier()?;
-    c.take_inbox(TAG_FLOOD);
+    // A marker that went out must come after the floods sent before it.
+    let mut floods = 0u32;
+    for (_, h, _) in c.take_inbox(TAG_FLOOD) {
+        if h.get(1) == Some(&0xEE) {
+            let before = h
+                .get(2..6)
+                .and_then(|b| b.try_into().ok())
+                .map_or(u32::MAX, u32::from_le_bytes);
+            if floods < before {
+                return Err(format!(
+                    "an immediate send overtook queued sends ({floods} of {before} arrived first)"
+                ));
+            }
+        } else {
+            floods += 1;
+        }
+    }
     let note = match queued_then_busy {
-        Some(_) => "busy while queued",
-        None => "never queued",
+        Some(true) => "busy after a pending send",
+        Some(false) => "sent after a pending send, in order",
+        None => "never pending",
     };
     println!("rank {}: note sendi: {note}", c.rank);
     Ok(())
@@ -355,19 +386,9 @@ fn case_rdma(c: &mut Ctx) -> Result<(), String> {
     let oob_refused = match c.m.put(c.next, local_region, Some(&mine), addr + 1, key) {
         Err(_) => true,
         Ok(SendTicket::Done) => false,
-        Ok(SendTicket::Pending(id)) => {
-            let mut refused = None;
-            c.wait("the out-of-range put", |c| {
-                for (i, status) in c.m.take_completions() {
-                    if i == id {
-                        refused = Some(status.is_err());
-                    } else if status.is_err() {
-                        refused = Some(false);
-                    }
-                }
-                refused.is_some()
-            })?;
-            refused == Some(true)
+        Ok(ticket) => {
+            c.wait("the out-of-range put", |c| c.rdma_status(ticket).is_some())?;
+            c.rdma_status(ticket) == Some(false)
         }
     };
     if !oob_refused {
@@ -378,32 +399,24 @@ fn case_rdma(c: &mut Ctx) -> Result<(), String> {
     // previous rank's bytes, and the previous rank said it is done with it.
     let expected = pattern(c.prev, 77, LEN);
     let win_ptr = window.as_ptr();
-    let put_done = Rc::new(RefCell::new(matches!(put, SendTicket::Done)));
     c.wait("the put and the incoming put", |c| {
-        for (id, _) in c.m.take_completions() {
-            if SendTicket::Pending(id) == put {
-                *put_done.borrow_mut() = true;
-            }
-        }
-        // SAFETY: `window` is alive; the module writes it only while this
-        // closure is not running (inside progress).
+        // SAFETY: `window` is alive; the module writes it only inside
+        // progress, never while this closure runs.
         let filled = unsafe { std::slice::from_raw_parts(win_ptr, LEN) } == expected.as_slice();
-        *put_done.borrow() && filled
+        c.rdma_status(put).is_some() && filled
     })?;
+    if c.rdma_status(put) != Some(true) {
+        return Err("the put completed with an error".into());
+    }
     let mut back = vec![0u8; LEN];
     // SAFETY: `back` outlives the get, which completes in the loop below.
     let back_region = unsafe { MemRegion::new(back.as_mut_ptr(), LEN) };
     let get =
         c.m.get(c.next, back_region, None, addr, key)
             .map_err(|e| format!("get: {e}"))?;
-    let mut get_done = matches!(get, SendTicket::Done);
     let mut told = false;
     c.wait("the get and the previous rank's", |c| {
-        for (id, status) in c.m.take_completions() {
-            if SendTicket::Pending(id) == get && status.is_ok() {
-                get_done = true;
-            }
-        }
+        let get_done = c.rdma_status(get) == Some(true);
         if get_done && !told {
             told = c.send(TAG_RDMA_DONE, &[], &[]).is_ok();
         }
@@ -550,6 +563,7 @@ fn run(btl: &str) -> Result<bool, String> {
         prev,
         inbox,
         many_seen,
+        rdma_done: std::collections::HashMap::new(),
     };
     type Case = fn(&mut Ctx) -> Result<(), String>;
     let cases: [(&str, Case); 6] = [
