@@ -421,6 +421,10 @@ impl TcpModule {
                 // The lower rank's connection wins: drop our attempt.
                 let ours = *ours;
                 self.close_conn(ours);
+                self.log(
+                    LogLevel::Debug,
+                    &format!("took rank {rank}'s connection, dropped our own attempt"),
+                );
                 Verdict::Accept
             }
             PeerState::Connecting(_) | PeerState::Established(_) => Verdict::Duplicate,

@@ -360,9 +360,7 @@ impl TcpModule {
             let mut g = Gather::new();
             peer.queue.gather(&mut g);
             let total = g.total();
-            let written = conn.sock.send_gather(&g);
-            drop(g);
-            match written {
+            match conn.sock.send_gather(&g) {
                 Ok(0) => break,
                 Ok(n) => {
                     peer.queue.advance(n, |done| {

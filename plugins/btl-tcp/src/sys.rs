@@ -193,9 +193,8 @@ impl Socket {
         })?;
         // SAFETY: `fd` was just returned by socket() and is owned by no one
         // else.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
     }
 
     fn set_int(&self, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
@@ -270,13 +269,11 @@ impl Socket {
             )
         });
         match r {
-            // SAFETY: accept4 returned a new descriptor nobody else owns.
-            Ok(fd) => Ok(Some((
-                Self {
-                    fd: unsafe { OwnedFd::from_raw_fd(fd) },
-                },
-                raw.to_std(),
-            ))),
+            Ok(fd) => {
+                // SAFETY: accept4 returned a new descriptor nobody else owns.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                Ok(Some((Self { fd }, raw.to_std())))
+            }
             Err(e) if would_block(&e) => Ok(None),
             Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(None),
             Err(e) => Err(e),
