@@ -88,8 +88,8 @@ pub(crate) struct Rx {
     pub(crate) start: usize,
     pub(crate) end: usize,
     pub(crate) large: Option<Large>,
-    /// Reused for large active messages (grows, never shrinks below
-    /// the largest seen, up to the frame limit).
+    /// Buffer of the large active message being read (from the module's
+    /// pool, returned after delivery).
     pub(crate) big: Vec<u8>,
 }
 

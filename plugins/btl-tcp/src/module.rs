@@ -138,6 +138,8 @@ pub struct TcpModule {
     /// Peers whose queue got replies while a connection was being read.
     pub(crate) to_flush: Vec<Rank>,
     pub(crate) next_sweep: Instant,
+    /// Spare buffers for large active messages.
+    pub(crate) big_pool: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for TcpModule {
@@ -197,6 +199,7 @@ impl TcpModule {
             notices: VecDeque::new(),
             limits,
             to_flush: Vec::new(),
+            big_pool: Vec::new(),
         })
     }
 

@@ -30,6 +30,9 @@ use crate::sys::{copy_to_region, Recv, Socket};
 /// cannot starve the others (epoll reports the rest next time).
 const READS_PER_PROGRESS: usize = 16;
 
+/// Buffers for large active messages kept per module.
+const BIG_POOL: usize = 2;
+
 /// A frame the peer should not have sent.
 fn malformed(rank: Rank, what: impl std::fmt::Display) -> PluginError {
     PluginError::new(
@@ -127,7 +130,9 @@ impl TcpModule {
                     continue;
                 }
                 if let Some(large) = rx.large.take() {
-                    match self.finish_large(rank, &large, &rx.big, sink) {
+                    let finished = self.finish_large(rank, &large, &rx.big, sink);
+                    self.return_big(std::mem::take(&mut rx.big));
+                    match finished {
                         Ok(n) => events += n,
                         Err(e) => return (events, Some(e)),
                     }
@@ -223,9 +228,7 @@ impl TcpModule {
         let (dest, finish) = self.large_dest(rank, &header, head)?;
         match dest {
             Dest::Big => {
-                if rx.big.len() < payload_len {
-                    rx.big.resize(payload_len, 0);
-                }
+                rx.big = self.take_big(payload_len);
                 rx.big[..staged.len()].copy_from_slice(staged);
             }
             Dest::Memory { region, offset, .. } => {
@@ -243,6 +246,29 @@ impl TcpModule {
         rx.start = 0;
         rx.end = 0;
         Ok(Parsed::Large)
+    }
+
+    /// A buffer of at least `len` bytes for a large active message. Kept
+    /// buffers are reused so a stream of large messages does not fault in
+    /// fresh pages for each one.
+    fn take_big(&mut self, len: usize) -> Vec<u8> {
+        let mut buf = match self.big_pool.iter().position(|b| b.len() >= len) {
+            Some(i) => self.big_pool.swap_remove(i),
+            None => self.big_pool.pop().unwrap_or_default(),
+        };
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        buf
+    }
+
+    /// Keeps `buf` for the next large message, or frees it: at most
+    /// [`BIG_POOL`] buffers are kept per module, so memory for large
+    /// messages is bounded by the ones being read plus these.
+    fn return_big(&mut self, buf: Vec<u8>) {
+        if buf.capacity() > 0 && self.big_pool.len() < BIG_POOL {
+            self.big_pool.push(buf);
+        }
     }
 
     /// Handles one complete frame; returns the events reported.

@@ -389,3 +389,31 @@ fn a_peer_whose_socket_closes_is_reported_once_and_its_operations_fail_once() {
     });
     assert!(procs[2].rec.failed.is_empty());
 }
+
+#[test]
+fn a_peer_that_is_gone_before_we_dial_fails_its_sends_once() {
+    let mut procs = job(JobSpec::new(3));
+    // Rank 2 exits before anyone talked to it: its port is closed.
+    drop(procs[2].modules.drain(..).collect::<Vec<_>>());
+    let done = procs[0].m().send(2, 0, b"", b"anyone?", 1);
+    match done {
+        // The refusal may come at once or from progress.
+        Ok(Completion::Pending) => {
+            drive_some(&mut procs, &[0], "refusal", |p| {
+                p[0].rec.sends.contains_key(&1)
+            });
+            assert!(procs[0].rec.sends[&1][0].is_err());
+        }
+        Ok(Completion::Done) => panic!("sent to a closed port"),
+        Err(e) => assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}"),
+    }
+    drive_some(&mut procs, &[0], "failure report", |p| {
+        p[0].rec.failures_of(2) == 1
+    });
+    settle(&mut procs[..2], Duration::from_millis(20));
+    assert_eq!(procs[0].rec.failures_of(2), 1);
+    procs[0].rec.assert_at_most_once();
+    let e = procs[0].m().sendi(2, 0, b"", b"x").unwrap_err();
+    assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
+    still_working(&mut procs, 1);
+}
