@@ -306,3 +306,105 @@ fn add_peers_checks_what_it_is_given() {
         "{remote:?}"
     );
 }
+
+#[test]
+fn ipv6_loopback_works_when_enabled() {
+    // Without IPv6 on this machine's loopback the component must say so.
+    let spec = JobSpec::new(2)
+        .param("btl_tcp_ipv6", ParamValue::Bool(true))
+        .param("btl_tcp_if_include", ParamValue::Str("::1".into()));
+    let (h, _) = host_for(&spec, 0, KEY);
+    use fireopal_abi::btl::BtlComponentImpl;
+    let has_v6_loopback = std::net::TcpListener::bind("[::1]:0").is_ok();
+    match TcpComponent::query(&h) {
+        fireopal_abi::Availability::Available { .. } => assert!(has_v6_loopback),
+        fireopal_abi::Availability::Unavailable { reason } => {
+            assert!(!has_v6_loopback, "{reason}");
+            return;
+        }
+    }
+    let mut procs = job(spec);
+    let entry = *procs[0].m().my_entry().unwrap();
+    assert_eq!(entry.ip.to_string(), "::1");
+    post(procs[0].m(), 1, 1, b"v6", &pattern(6, 200_000), 1);
+    post(procs[1].m(), 0, 1, b"v6", &pattern(7, 10), 2);
+    drive(&mut procs, "messages over IPv6", |p| {
+        p[0].rec.count_from(1) == 1 && p[1].rec.count_from(0) == 1
+    });
+    assert!(procs[1].rec.msgs[0].payload == pattern(6, 200_000));
+    one_connection_between(&procs, 0, 1, 0);
+}
+
+#[test]
+fn bad_parameters_make_the_component_unavailable() {
+    use fireopal_abi::btl::BtlComponentImpl;
+    for (name, value, needle) in [
+        ("btl_tcp_links", ParamValue::UInt(0), "btl_tcp_links"),
+        (
+            "btl_tcp_if_include",
+            ParamValue::Str("10.0.0.0/99".into()),
+            "btl_tcp_if_include",
+        ),
+        (
+            "btl_tcp_if_include",
+            ParamValue::Str("no-such-interface".into()),
+            "no usable interface",
+        ),
+        (
+            "btl_tcp_eager_limit",
+            ParamValue::Size(16),
+            "btl_tcp_eager_limit",
+        ),
+    ] {
+        let (h, _) = host_for(&JobSpec::new(2).param(name, value), 0, KEY);
+        match TcpComponent::query(&h) {
+            fireopal_abi::Availability::Unavailable { reason } => {
+                assert!(reason.contains(needle), "{name}: {reason}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let (h, _) = host_for(&JobSpec::new(2), 0, KEY);
+    assert!(matches!(
+        TcpComponent::query(&h),
+        fireopal_abi::Availability::Available { priority: 20 }
+    ));
+}
+
+#[test]
+fn parameters_are_declared_once_with_the_component_prefix() {
+    use abi_stable::sabi_trait::TD_Opaque;
+    use abi_stable::std_types::{ROk, RResult};
+    use fireopal_abi::btl::BtlComponentImpl;
+    use fireopal_abi::param::{ParamRegistrar, ParamRegistry, ParamRegistry_TO, ParamSpec};
+    use fireopal_abi::PluginError;
+
+    #[derive(Default)]
+    struct Collect(Vec<ParamSpec>);
+    impl ParamRegistry for Collect {
+        fn register(&mut self, spec: ParamSpec) -> RResult<(), PluginError> {
+            self.0.push(spec);
+            ROk(())
+        }
+    }
+    let mut c = Collect::default();
+    TcpComponent::register_params(&mut ParamRegistrar::new(ParamRegistry_TO::from_ptr(
+        &mut c, TD_Opaque,
+    )))
+    .unwrap();
+    let names: Vec<&str> = c.0.iter().map(|s| s.name.as_str()).collect();
+    for n in &names {
+        assert!(n.starts_with("btl_tcp_"), "{n}");
+    }
+    let unique: std::collections::HashSet<_> = names.iter().collect();
+    assert_eq!(unique.len(), names.len());
+    for needed in [
+        "btl_tcp_if_include",
+        "btl_tcp_if_exclude",
+        "btl_tcp_links",
+        "btl_tcp_sndbuf",
+    ] {
+        assert!(names.contains(&needed), "{needed}");
+    }
+    assert!(c.0.iter().all(|s| !s.help.is_empty()));
+}

@@ -1,0 +1,246 @@
+//! Ping-pong between two tcp modules in one process (one thread each),
+//! with the OSU pattern that `fireopal bench pingpong` will use:
+//! latency = half the round trip of a blocking ping-pong, averaged after
+//! warm-up; bandwidth = windows of 64 back-to-back sends, one small
+//! acknowledgement per window.
+//!
+//! ```text
+//! cargo run --release -p fireopal-btl-tcp --example pingpong [-- --param name=value ...]
+//! ```
+//!
+//! It prints figures only; it checks nothing.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use abi_stable::std_types::{ROption, RSlice, RStr};
+use fireopal_abi::btl::{
+    BtlComponentImpl, Completion, EventSink, PeerAddress, Rank, SendiOutcome, Transport,
+};
+use fireopal_abi::host::{Host, HostServices, JobInfo, LogLevel};
+use fireopal_abi::param::ParamValue;
+use fireopal_abi::PluginError;
+use fireopal_btl_tcp::{TcpComponent, TcpModule};
+
+#[derive(Clone)]
+struct BenchHost {
+    params: Arc<HashMap<String, ParamValue>>,
+    job: JobInfo,
+}
+
+impl HostServices for BenchHost {
+    fn param(&self, name: RStr<'_>) -> ROption<ParamValue> {
+        self.params.get(name.as_str()).cloned().into()
+    }
+    fn job(&self) -> JobInfo {
+        self.job
+    }
+    fn log(&self, level: LogLevel, message: RStr<'_>) {
+        if level <= LogLevel::Warn {
+            eprintln!("[rank {}] {level:?}: {message}", self.job.rank);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counter {
+    msgs: usize,
+    bytes: usize,
+}
+
+impl EventSink for Counter {
+    fn deliver(&mut self, _: Rank, _: u8, _: &[u8], payload: &[u8]) {
+        self.msgs += 1;
+        self.bytes += payload.len();
+    }
+    fn send_complete(&mut self, _: u64, status: Result<(), PluginError>) {
+        status.expect("send failed");
+    }
+    fn rdma_complete(&mut self, _: u64, _: Result<(), PluginError>) {}
+    fn peer_failed(&mut self, peer: Rank, error: PluginError) {
+        panic!("rank {peer} failed: {error}");
+    }
+}
+
+struct Side {
+    m: TcpModule,
+    sink: Counter,
+    peer: Rank,
+}
+
+impl Side {
+    fn post(&mut self, payload: &[u8]) {
+        loop {
+            match self.m.sendi(self.peer, 1, b"", payload).expect("sendi") {
+                SendiOutcome::Sent => return,
+                SendiOutcome::Busy
+                    if payload.len() <= 64 << 10 && self.m.queued_bytes(self.peer) == 0 =>
+                {
+                    // Connection not up yet, or the socket is full: retry.
+                    self.m.progress(&mut self.sink).expect("progress");
+                }
+                SendiOutcome::Busy => {
+                    let done = self.m.send(self.peer, 1, b"", payload, 0).expect("send");
+                    let _ = done == Completion::Done;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn wait(&mut self, msgs: usize) {
+        while self.sink.msgs < msgs {
+            self.m.progress(&mut self.sink).expect("progress");
+        }
+    }
+
+    fn drain(&mut self) {
+        while self.m.queued_bytes(self.peer) > 0 {
+            self.m.progress(&mut self.sink).expect("progress");
+        }
+    }
+}
+
+const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
+const WINDOW: usize = 64;
+
+fn iterations(size: usize) -> (usize, usize) {
+    match size {
+        0..=8192 => (20_000, 2_000),
+        8193..=65536 => (5_000, 500),
+        _ => (300, 30),
+    }
+}
+
+fn run(
+    rank: Rank,
+    params: Arc<HashMap<String, ParamValue>>,
+    tx: mpsc::Sender<Vec<u8>>,
+    rx: mpsc::Receiver<Vec<u8>>,
+    done: Arc<Barrier>,
+) -> Vec<(usize, f64, f64)> {
+    let host = Host::from_impl(BenchHost {
+        params,
+        job: JobInfo {
+            rank,
+            size: 2,
+            local_rank: rank,
+            local_size: 2,
+            job_key: [7; 32],
+        },
+    });
+    let mut m = TcpComponent::open(host).expect("open").remove(0);
+    tx.send(m.address().unwrap()).unwrap();
+    let theirs = rx.recv().unwrap();
+    let peer = 1 - rank;
+    m.add_peers(&[PeerAddress {
+        rank: peer,
+        node_local: true,
+        address: RSlice::from_slice(&theirs),
+    }])
+    .unwrap();
+    let mut s = Side {
+        m,
+        sink: Counter::default(),
+        peer,
+    };
+    let mut results = Vec::new();
+    for size in SIZES {
+        let buf = vec![0x5au8; size];
+        let (iters, warmup) = iterations(size);
+        // Latency.
+        let mut start = Instant::now();
+        for i in 0..iters + warmup {
+            if i == warmup {
+                start = Instant::now();
+            }
+            let seen = s.sink.msgs;
+            if rank == 0 {
+                s.post(&buf);
+                s.wait(seen + 1);
+            } else {
+                s.wait(seen + 1);
+                s.post(&buf);
+            }
+        }
+        let latency_us = start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
+        // Bandwidth.
+        let windows = (iters / WINDOW).clamp(5, 100);
+        let mut start = Instant::now();
+        let mut bytes = 0usize;
+        for w in 0..windows + 2 {
+            if w == 2 {
+                start = Instant::now();
+                bytes = 0;
+            }
+            let seen = s.sink.msgs;
+            if rank == 0 {
+                for _ in 0..WINDOW {
+                    s.post(&buf);
+                }
+                s.drain();
+                s.wait(seen + 1);
+                bytes += WINDOW * size;
+            } else {
+                s.wait(seen + WINDOW);
+                s.post(&[]);
+            }
+        }
+        let gbps = bytes as f64 / start.elapsed().as_secs_f64() / 1e9;
+        results.push((size, latency_us, gbps));
+        // Let the other side finish its last step.
+        let end = Instant::now();
+        while end.elapsed() < Duration::from_millis(20) {
+            s.m.progress(&mut s.sink).expect("progress");
+        }
+    }
+    // Neither side closes its connection while the other still runs.
+    done.wait();
+    results
+}
+
+fn main() {
+    let mut params: HashMap<String, ParamValue> = HashMap::new();
+    params.insert(
+        "btl_tcp_if_include".into(),
+        ParamValue::Str("127.0.0.1".into()),
+    );
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--param" {
+            let kv = args.next().expect("--param name=value");
+            let (k, v) = kv.split_once('=').expect("name=value");
+            let value = match v.parse::<u64>() {
+                Ok(n)
+                    if k.ends_with("buf")
+                        || k.ends_with("size")
+                        || k.ends_with("limit")
+                        || k.ends_with("staging") =>
+                {
+                    ParamValue::Size(n)
+                }
+                Ok(n) => ParamValue::UInt(n),
+                Err(_) => ParamValue::Str(v.into()),
+            };
+            params.insert(k.to_owned(), value);
+        }
+    }
+    let params = Arc::new(params);
+    let (tx0, rx1) = mpsc::channel();
+    let (tx1, rx0) = mpsc::channel();
+    let p1 = Arc::clone(&params);
+    let done = Arc::new(Barrier::new(2));
+    let d1 = Arc::clone(&done);
+    let other = std::thread::spawn(move || run(1, p1, tx1, rx1, d1));
+    let results = run(0, params, tx0, rx0, done);
+    other.join().unwrap();
+    println!(
+        "{:>10} {:>14} {:>16}",
+        "bytes", "latency (us)", "bandwidth (GB/s)"
+    );
+    for (size, lat, bw) in results {
+        println!("{size:>10} {lat:>14.2} {bw:>16.3}");
+    }
+}
