@@ -117,7 +117,13 @@ impl TcpModule {
                     };
                     reads += 1;
                     match got {
-                        Ok(Recv::Data(n)) => large.filled += n,
+                        Ok(Recv::Data(n)) => {
+                            large.filled += n;
+                            if n < want && large.filled < total {
+                                // Short read: nothing more has arrived.
+                                return (events, None);
+                            }
+                        }
                         Ok(Recv::WouldBlock) => return (events, None),
                         Ok(Recv::Closed) => return (events, Some(closed(rank))),
                         Err(e) => return (events, Some(read_failed(rank, &e))),

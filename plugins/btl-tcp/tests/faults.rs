@@ -14,6 +14,11 @@ use fireopal_abi::param::ParamValue;
 use fireopal_abi::ErrorKind;
 use fireopal_core::wire::frame::FrameHeader;
 
+fn small_buffers(spec: JobSpec) -> JobSpec {
+    spec.param("btl_tcp_sndbuf", ParamValue::Size(1 << 20))
+        .param("btl_tcp_rcvbuf", ParamValue::Size(1 << 20))
+}
+
 /// Rank 0 and rank 1 still exchange messages both ways.
 fn still_working(procs: &mut [Proc], tag: u8) {
     let before = [procs[0].rec.count_from(1), procs[1].rec.count_from(0)];
@@ -96,12 +101,12 @@ fn a_truncated_hello_is_dropped() {
 #[test]
 fn a_silent_stranger_is_dropped_after_the_handshake_timeout() {
     let mut procs =
-        job(JobSpec::new(2).param("btl_tcp_handshake_timeout_ms", ParamValue::UInt(200)));
+        job(JobSpec::new(2).param("btl_tcp_handshake_timeout_ms", ParamValue::UInt(500)));
     established(&mut procs);
     let mut s = std::net::TcpStream::connect(listen_addr(&procs[0].modules[0])).unwrap();
     assert!(closed_by_module(&mut procs, &mut s));
     assert!(
-        procs[0].logged("no handshake within 200 ms"),
+        procs[0].logged("no handshake within 500 ms"),
         "{}",
         procs[0].log_text()
     );
@@ -239,7 +244,8 @@ fn a_wrong_job_key_is_refused_both_ways() {
 fn a_peer_that_stops_reading_makes_sends_queue_then_drain() {
     const N: u64 = 48;
     const SIZE: usize = 1 << 20;
-    let mut procs = job(JobSpec::new(2));
+    // Socket buffers far below what is sent, whatever the kernel allows.
+    let mut procs = job(small_buffers(JobSpec::new(2)));
     established(&mut procs);
     let mut pending = Vec::new();
     let mut sent_bytes = 0;
@@ -295,7 +301,7 @@ fn a_peer_that_stops_reading_makes_sends_queue_then_drain() {
 #[test]
 fn a_peer_whose_socket_closes_is_reported_once_and_its_operations_fail_once() {
     const SIZE: usize = 1 << 20;
-    let mut procs = job(JobSpec::new(3));
+    let mut procs = job(small_buffers(JobSpec::new(3)));
     established(&mut procs);
     post(procs[0].m(), 2, 0, b"hi", b"", 1);
     drive(&mut procs, "rank 2 connected", |p| {
