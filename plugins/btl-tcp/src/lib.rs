@@ -59,6 +59,14 @@ impl BtlComponentImpl for TcpComponent {
     }
 
     fn query(host: &Host) -> Availability {
+        // tcp never carries messages to the process itself (the self BTL
+        // does), so a job of one has nothing for it: no socket is opened.
+        let size = host.job().size;
+        if size < 2 {
+            return Availability::Unavailable {
+                reason: format!("a job of {size} process has no peer to reach over tcp").into(),
+            };
+        }
         let settings = match Settings::from_host(host) {
             Ok(s) => s,
             Err(e) => {

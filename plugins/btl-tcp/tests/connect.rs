@@ -369,6 +369,14 @@ fn bad_parameters_make_the_component_unavailable() {
         TcpComponent::query(&h),
         fireopal_abi::Availability::Available { priority: 20 }
     ));
+    // A singleton has no peer: nothing for tcp to do.
+    let (h, _) = host_for(&JobSpec::new(1), 0, KEY);
+    match TcpComponent::query(&h) {
+        fireopal_abi::Availability::Unavailable { reason } => {
+            assert!(reason.contains("no peer"), "{reason}")
+        }
+        other => panic!("singleton: {other:?}"),
+    }
 }
 
 #[test]
