@@ -58,7 +58,7 @@ use crate::conn::{ConnId, Dest, Finish, Phase, Slab};
 use crate::queue::{Done, OutItem, RegionPart, SendQueue};
 use crate::rdma::{OpKind, Ops, Registrations};
 use crate::select::partner;
-use crate::sys::{Epoll, Gather, Readiness, Socket};
+use crate::sys::{Epoll, Gather, Readiness, Socket, MAX_IOV};
 use crate::RankHash;
 
 /// Where to dial a peer.
@@ -360,7 +360,7 @@ impl TcpModule {
         let notices = &mut self.notices;
         let mut failure = None;
         while !peer.queue.is_empty() {
-            let mut g = Gather::new();
+            let mut g = Gather::<MAX_IOV>::new();
             peer.queue.gather(&mut g);
             let total = g.total();
             match conn.sock.send_gather(&g) {
@@ -681,7 +681,7 @@ impl Transport for TcpModule {
             return Ok(SendiOutcome::Busy);
         };
         let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64).encode();
-        let mut g = Gather::new();
+        let mut g = Gather::<3>::new();
         g.push(&frame);
         g.push(header);
         g.push(payload);
@@ -733,7 +733,7 @@ impl Transport for TcpModule {
         if let PeerState::Established(id) = peer.state {
             if peer.queue.is_empty() {
                 if let Some(conn) = self.conns.get(id) {
-                    let mut g = Gather::new();
+                    let mut g = Gather::<3>::new();
                     for p in parts {
                         g.push(p);
                     }

@@ -13,7 +13,7 @@ use std::io;
 
 use fireopal_abi::btl::MemRegion;
 
-use crate::sys::{copy_from_region, Gather};
+use crate::sys::{copy_from_region, Gather, MAX_IOV};
 
 /// A borrowed range of host memory at the end of an item.
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +74,7 @@ impl OutItem {
     }
 
     /// Adds the unsent part to `g`; false when `g` filled up first.
-    fn gather<'a>(&'a self, g: &mut Gather<'a>) -> bool {
+    fn gather<'a>(&'a self, g: &mut Gather<'a, MAX_IOV>) -> bool {
         let owned = self.bytes.len();
         if self.written < owned && !g.push(&self.bytes[self.written..]) {
             return false;
@@ -128,7 +128,7 @@ impl SendQueue {
     }
 
     /// Gathers the front of the queue for one `sendmsg`.
-    pub(crate) fn gather<'a>(&'a self, g: &mut Gather<'a>) {
+    pub(crate) fn gather<'a>(&'a self, g: &mut Gather<'a, MAX_IOV>) {
         for item in &self.items {
             if !item.gather(g) || g.is_full() {
                 break;
@@ -190,7 +190,7 @@ mod tests {
     use super::*;
 
     fn flatten(q: &SendQueue) -> Vec<u8> {
-        let mut g = Gather::new();
+        let mut g = Gather::<MAX_IOV>::new();
         q.gather(&mut g);
         // Reconstruct through a socket-free path: re-gather item by item.
         let mut out = Vec::new();

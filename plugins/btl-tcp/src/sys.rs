@@ -328,7 +328,7 @@ impl Socket {
 
     /// Writes as much of `g` as the socket takes now, in one `sendmsg`
     /// (never raising SIGPIPE). `Ok(0)` means the socket is full.
-    pub(crate) fn send_gather(&self, g: &Gather<'_>) -> io::Result<usize> {
+    pub(crate) fn send_gather<const N: usize>(&self, g: &Gather<'_, N>) -> io::Result<usize> {
         if g.count == 0 {
             return Ok(0);
         }
@@ -352,7 +352,7 @@ impl Socket {
 
     /// Writes as much of `bytes` as the socket takes now.
     pub(crate) fn send(&self, bytes: &[u8]) -> io::Result<usize> {
-        let mut g = Gather::new();
+        let mut g = Gather::<1>::new();
         g.push(bytes);
         self.send_gather(&g)
     }
@@ -415,15 +415,15 @@ fn check_range(region: &MemRegion, offset: usize, len: usize) -> io::Result<()> 
 /// Most buffers one `sendmsg` takes from the module (Linux allows 1024).
 pub(crate) const MAX_IOV: usize = 64;
 
-/// Buffers gathered for one `sendmsg`, borrowed for `'a`.
-pub(crate) struct Gather<'a> {
-    iov: [libc::iovec; MAX_IOV],
+/// Up to `N` buffers gathered for one `sendmsg`, borrowed for `'a`.
+pub(crate) struct Gather<'a, const N: usize = MAX_IOV> {
+    iov: [libc::iovec; N],
     count: usize,
     total: usize,
     _borrow: PhantomData<&'a [u8]>,
 }
 
-impl std::fmt::Debug for Gather<'_> {
+impl<const N: usize> std::fmt::Debug for Gather<'_, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gather")
             .field("count", &self.count)
@@ -432,14 +432,14 @@ impl std::fmt::Debug for Gather<'_> {
     }
 }
 
-impl<'a> Gather<'a> {
+impl<'a, const N: usize> Gather<'a, N> {
     /// No buffers.
     pub(crate) fn new() -> Self {
         Self {
             iov: [libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
-            }; MAX_IOV],
+            }; N],
             count: 0,
             total: 0,
             _borrow: PhantomData,
@@ -448,7 +448,7 @@ impl<'a> Gather<'a> {
 
     /// Whether no more buffers fit.
     pub(crate) fn is_full(&self) -> bool {
-        self.count == MAX_IOV
+        self.count == N
     }
 
     /// Bytes gathered.
@@ -703,7 +703,7 @@ mod tests {
         let server = server.expect("accepted");
         assert!(c.take_error().unwrap().is_none());
         assert_eq!(c.peer_addr().unwrap(), addr);
-        let mut g = Gather::new();
+        let mut g = Gather::<4>::new();
         assert!(g.push(b"hello "));
         assert!(g.push(b""));
         assert!(g.push(b"world"));
@@ -740,7 +740,7 @@ mod tests {
         assert!(copy_to_region(&region, usize::MAX, b"a").is_err());
         assert_eq!(copy_from_region(&region, 2, 3).unwrap(), b"abc");
         assert!(copy_from_region(&region, 7, 2).is_err());
-        let mut g = Gather::new();
+        let mut g = Gather::<2>::new();
         assert!(!g.push_region(&region, 4, 5));
         assert!(g.push_region(&region, 4, 4));
         assert_eq!(g.total(), 4);
@@ -750,7 +750,7 @@ mod tests {
     #[test]
     fn gather_holds_at_most_max_iov() {
         let byte = [1u8];
-        let mut g = Gather::new();
+        let mut g = Gather::<MAX_IOV>::new();
         for _ in 0..MAX_IOV {
             assert!(g.push(&byte));
         }
