@@ -2,7 +2,9 @@
 //! with the OSU pattern that `fireopal bench pingpong` will use:
 //! latency = half the round trip of a blocking ping-pong, averaged after
 //! warm-up; bandwidth = windows of 64 back-to-back sends, one small
-//! acknowledgement per window.
+//! acknowledgement per window. A third column does the bandwidth pattern
+//! with `put` into a registered buffer of the peer (a window completes when
+//! every put of it has completed).
 //!
 //! ```text
 //! cargo run --release -p fireopal-btl-tcp --example pingpong [-- --param name=value ...]
@@ -17,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{ROption, RSlice, RStr};
 use fireopal_abi::btl::{
-    BtlComponentImpl, Completion, EventSink, PeerAddress, Rank, SendiOutcome, Transport,
+    Access, BtlComponentImpl, Completion, EventSink, MemRegion, PeerAddress, Rank, RdmaOp,
+    SendiOutcome, Transport,
 };
 use fireopal_abi::host::{Host, HostServices, JobInfo, LogLevel};
 use fireopal_abi::param::ParamValue;
@@ -48,6 +51,7 @@ impl HostServices for BenchHost {
 struct Counter {
     msgs: usize,
     bytes: usize,
+    puts: usize,
 }
 
 impl EventSink for Counter {
@@ -58,7 +62,10 @@ impl EventSink for Counter {
     fn send_complete(&mut self, _: u64, status: Result<(), PluginError>) {
         status.expect("send failed");
     }
-    fn rdma_complete(&mut self, _: u64, _: Result<(), PluginError>) {}
+    fn rdma_complete(&mut self, _: u64, status: Result<(), PluginError>) {
+        status.expect("put failed");
+        self.puts += 1;
+    }
     fn peer_failed(&mut self, peer: Rank, error: PluginError) {
         panic!("rank {peer} failed: {error}");
     }
@@ -68,6 +75,9 @@ struct Side {
     m: TcpModule,
     sink: Counter,
     peer: Rank,
+    /// Messages this side must have received by now (counted from the
+    /// start, so a message that arrives early is never missed).
+    expect: usize,
 }
 
 impl Side {
@@ -90,9 +100,26 @@ impl Side {
         }
     }
 
+    /// Waits for `more` messages beyond those already expected.
+    fn wait_more(&mut self, more: usize) {
+        self.expect += more;
+        self.wait(self.expect);
+    }
+
     fn wait(&mut self, msgs: usize) {
+        let start = Instant::now();
+        let mut warned = false;
         while self.sink.msgs < msgs {
             self.m.progress(&mut self.sink).expect("progress");
+            if !warned && start.elapsed() > Duration::from_secs(5) {
+                warned = true;
+                eprintln!(
+                    "stuck waiting for message {msgs}: have {}, {} bytes queued, {} connections",
+                    self.sink.msgs,
+                    self.m.queued_bytes(self.peer),
+                    self.m.connection_count()
+                );
+            }
         }
     }
 
@@ -120,7 +147,7 @@ fn run(
     tx: mpsc::Sender<Vec<u8>>,
     rx: mpsc::Receiver<Vec<u8>>,
     done: Arc<Barrier>,
-) -> Vec<(usize, f64, f64)> {
+) -> Vec<(usize, f64, f64, f64)> {
     let host = Host::from_impl(BenchHost {
         params,
         job: JobInfo {
@@ -141,13 +168,31 @@ fn run(
         address: RSlice::from_slice(&theirs),
     }])
     .unwrap();
+    // Rank 1 lends a buffer for rank 0's puts.
+    let mut target = vec![0u8; 4 << 20];
+    let key = if rank == 1 {
+        // SAFETY: `target` outlives the module (dropped after it at the
+        // end of this function) and is not touched while registered.
+        let region = unsafe { MemRegion::new(target.as_mut_ptr(), target.len()) };
+        let reg = m.register_mem(region, Access::REMOTE_WRITE).unwrap();
+        tx.send([&(target.as_ptr() as u64).to_le_bytes()[..], &reg.remote_key].concat())
+            .unwrap();
+        Vec::new()
+    } else {
+        rx.recv().unwrap()
+    };
     let mut s = Side {
         m,
         sink: Counter::default(),
         peer,
+        expect: 0,
     };
     let mut results = Vec::new();
     for size in SIZES {
+        let trace = std::env::var_os("PINGPONG_TRACE").is_some();
+        if trace {
+            eprintln!("rank {rank}: size {size}");
+        }
         let buf = vec![0x5au8; size];
         let (iters, warmup) = iterations(size);
         // Latency.
@@ -156,12 +201,11 @@ fn run(
             if i == warmup {
                 start = Instant::now();
             }
-            let seen = s.sink.msgs;
             if rank == 0 {
                 s.post(&buf);
-                s.wait(seen + 1);
+                s.wait_more(1);
             } else {
-                s.wait(seen + 1);
+                s.wait_more(1);
                 s.post(&buf);
             }
         }
@@ -175,29 +219,63 @@ fn run(
                 start = Instant::now();
                 bytes = 0;
             }
-            let seen = s.sink.msgs;
             if rank == 0 {
                 for _ in 0..WINDOW {
                     s.post(&buf);
                 }
                 s.drain();
-                s.wait(seen + 1);
+                s.wait_more(1);
                 bytes += WINDOW * size;
             } else {
-                s.wait(seen + WINDOW);
+                s.wait_more(WINDOW);
                 s.post(&[]);
             }
         }
         let gbps = bytes as f64 / start.elapsed().as_secs_f64() / 1e9;
-        results.push((size, latency_us, gbps));
-        // Let the other side finish its last step.
-        let end = Instant::now();
-        while end.elapsed() < Duration::from_millis(20) {
-            s.m.progress(&mut s.sink).expect("progress");
+        if trace {
+            eprintln!("rank {rank}: size {size} put phase");
         }
+        // Bandwidth with put.
+        let mut src = vec![0x33u8; size];
+        let mut put_gbps = 0.0;
+        if rank == 0 {
+            let addr = u64::from_le_bytes(key[..8].try_into().unwrap());
+            // SAFETY: `src` lives until the loop below has seen every put
+            // complete.
+            let local = unsafe { MemRegion::new(src.as_mut_ptr(), src.len()) };
+            let op = RdmaOp {
+                peer,
+                local,
+                local_registration: u64::MAX,
+                remote_addr: addr,
+                remote_key: key[8..].into(),
+                cookie: 0,
+            };
+            let mut start = Instant::now();
+            for w in 0..windows + 2 {
+                if w == 2 {
+                    start = Instant::now();
+                }
+                let seen = s.sink.puts;
+                for _ in 0..WINDOW {
+                    s.m.put(&op).expect("put");
+                }
+                while s.sink.puts < seen + WINDOW {
+                    s.m.progress(&mut s.sink).expect("progress");
+                }
+            }
+            put_gbps = (windows * WINDOW * size) as f64 / start.elapsed().as_secs_f64() / 1e9;
+            s.post(&[]);
+        } else {
+            s.wait_more(1);
+        }
+        drop(src);
+        results.push((size, latency_us, gbps, put_gbps));
     }
     // Neither side closes its connection while the other still runs.
     done.wait();
+    drop(s);
+    drop(target);
     results
 }
 
@@ -237,10 +315,10 @@ fn main() {
     let results = run(0, params, tx0, rx0, done);
     other.join().unwrap();
     println!(
-        "{:>10} {:>14} {:>16}",
-        "bytes", "latency (us)", "bandwidth (GB/s)"
+        "{:>10} {:>14} {:>16} {:>16}",
+        "bytes", "latency (us)", "send (GB/s)", "put (GB/s)"
     );
-    for (size, lat, bw) in results {
-        println!("{size:>10} {lat:>14.2} {bw:>16.3}");
+    for (size, lat, bw, put) in results {
+        println!("{size:>10} {lat:>14.2} {bw:>16.3} {put:>16.3}");
     }
 }

@@ -16,7 +16,8 @@
 //!   `Sent`: the receiver still gets the whole message, in order, and
 //!   since the peer now has queued bytes, following `sendi`s answer `Busy`
 //!   until the queue drains.
-//! - `send` answers `Done` when the socket took the whole message now;
+//! - `send` first writes what is queued if the socket takes it, then
+//!   answers `Done` when the socket took the whole message now;
 //!   otherwise it copies what is left, answers `Pending`, and reports
 //!   `send_complete` once when the last byte is handed to the kernel (or
 //!   with an error if the peer fails first).
@@ -720,6 +721,16 @@ impl Transport for TcpModule {
                 "message of {size} bytes exceeds btl_tcp_max_send_size ({})",
                 self.settings.max_send_size
             )));
+        }
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        match &peer.state {
+            PeerState::Failed(e) => return Err(e.clone()),
+            // Older bytes may fit now: writing them first lets this message
+            // go straight from the caller's buffer instead of being copied.
+            PeerState::Established(_) if !peer.queue.is_empty() => self.flush(rank),
+            _ => {}
         }
         let Some(peer) = self.peers.get(&rank) else {
             return Err(self.unknown_peer(rank));
