@@ -7,7 +7,7 @@
 //! every put of it has completed).
 //!
 //! ```text
-//! cargo run --release -p fireopal-btl-tcp --example pingpong [-- --param name=value ...]
+//! cargo run --release -p fireopal-btl-tcp --example pingpong [-- --param name=value ...] [--size bytes ...]
 //! ```
 //!
 //! It prints figures only; it checks nothing.
@@ -109,9 +109,11 @@ impl Side {
     fn wait(&mut self, msgs: usize) {
         let start = Instant::now();
         let mut warned = false;
+        let mut spins = 0u32;
         while self.sink.msgs < msgs {
             self.m.progress(&mut self.sink).expect("progress");
-            if !warned && start.elapsed() > Duration::from_secs(5) {
+            spins = spins.wrapping_add(1);
+            if !warned && spins % 4096 == 0 && start.elapsed() > Duration::from_secs(5) {
                 warned = true;
                 eprintln!(
                     "stuck waiting for message {msgs}: have {}, {} bytes queued, {} connections",
@@ -142,6 +144,7 @@ fn iterations(size: usize) -> (usize, usize) {
 }
 
 fn run(
+    sizes: &[usize],
     rank: Rank,
     params: Arc<HashMap<String, ParamValue>>,
     tx: mpsc::Sender<Vec<u8>>,
@@ -188,7 +191,7 @@ fn run(
         expect: 0,
     };
     let mut results = Vec::new();
-    for size in SIZES {
+    for &size in sizes {
         let trace = std::env::var_os("PINGPONG_TRACE").is_some();
         if trace {
             eprintln!("rank {rank}: size {size}");
@@ -285,9 +288,16 @@ fn main() {
         "btl_tcp_if_include".into(),
         ParamValue::Str("127.0.0.1".into()),
     );
+    let mut sizes = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        if a == "--param" {
+        if a == "--size" {
+            sizes.push(
+                args.next()
+                    .and_then(|s| s.parse().ok())
+                    .expect("--size bytes"),
+            );
+        } else if a == "--param" {
             let kv = args.next().expect("--param name=value");
             let (k, v) = kv.split_once('=').expect("name=value");
             let value = match v.parse::<u64>() {
@@ -305,14 +315,18 @@ fn main() {
             params.insert(k.to_owned(), value);
         }
     }
+    if sizes.is_empty() {
+        sizes = SIZES.to_vec();
+    }
     let params = Arc::new(params);
+    let s1 = sizes.clone();
     let (tx0, rx1) = mpsc::channel();
     let (tx1, rx0) = mpsc::channel();
     let p1 = Arc::clone(&params);
     let done = Arc::new(Barrier::new(2));
     let d1 = Arc::clone(&done);
-    let other = std::thread::spawn(move || run(1, p1, tx1, rx1, d1));
-    let results = run(0, params, tx0, rx0, done);
+    let other = std::thread::spawn(move || run(&s1, 1, p1, tx1, rx1, d1));
+    let results = run(&sizes, 0, params, tx0, rx0, done);
     other.join().unwrap();
     println!(
         "{:>10} {:>14} {:>16} {:>16}",
