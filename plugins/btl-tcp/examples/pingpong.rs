@@ -214,7 +214,8 @@ fn run(
         }
         let latency_us = start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
         // Bandwidth.
-        let windows = (iters / WINDOW).clamp(5, 100);
+        // About 2 GiB per size for large messages, 100 windows for small.
+        let windows = ((2usize << 30) / (WINDOW * size.max(1))).clamp(5, 100);
         let mut start = Instant::now();
         let mut bytes = 0usize;
         for w in 0..windows + 2 {

@@ -29,6 +29,7 @@ pub(crate) mod names {
     pub(crate) const SNDBUF: &str = "btl_tcp_sndbuf";
     pub(crate) const RCVBUF: &str = "btl_tcp_rcvbuf";
     pub(crate) const RECV_STAGING: &str = "btl_tcp_recv_staging";
+    pub(crate) const WRITE_CHUNK: &str = "btl_tcp_write_chunk";
     pub(crate) const HANDSHAKE_TIMEOUT: &str = "btl_tcp_handshake_timeout_ms";
     pub(crate) const MAX_UNAUTHENTICATED: &str = "btl_tcp_max_unauthenticated";
     pub(crate) const PRIORITY: &str = "btl_tcp_priority";
@@ -45,6 +46,11 @@ const DEFAULT_EAGER_LIMIT: u64 = 64 << 10;
 const DEFAULT_MAX_SEND_SIZE: u64 = 8 << 20;
 const DEFAULT_SOCKET_BUFFER: u64 = 4 << 20;
 const DEFAULT_RECV_STAGING: u64 = 128 << 10;
+/// Just under one 64 KiB TCP segment (loopback MSS, GSO size): each
+/// `sendmsg` then ends with a push, so the receiver copies one piece while
+/// the sender copies the next (a single large write is only pushed once
+/// half the peer's window is queued, which serialises the two copies).
+const DEFAULT_WRITE_CHUNK: u64 = 60 << 10;
 const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_MAX_UNAUTHENTICATED: u64 = 64;
 const DEFAULT_PRIORITY: u64 = 20;
@@ -95,6 +101,11 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         RECV_STAGING,
         ParamValue::Size(DEFAULT_RECV_STAGING),
         "per-connection receive buffer; larger frames are read straight into place",
+    )?;
+    r.register(
+        WRITE_CHUNK,
+        ParamValue::Size(DEFAULT_WRITE_CHUNK),
+        "most bytes per sendmsg call (0: no limit); bounded writes are pushed at once, so the receiver copies while the sender still writes",
     )?;
     r.register(
         HANDSHAKE_TIMEOUT,
@@ -278,6 +289,8 @@ pub(crate) struct Settings {
     pub(crate) max_send_size: usize,
     pub(crate) buffers: BufferSizes,
     pub(crate) recv_staging: usize,
+    /// Most bytes per `sendmsg` (`usize::MAX`: no limit).
+    pub(crate) write_chunk: usize,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_unauthenticated: usize,
     pub(crate) priority: u32,
@@ -343,6 +356,10 @@ impl Settings {
                 recv: size(host, RCVBUF, DEFAULT_SOCKET_BUFFER)?,
             },
             recv_staging,
+            write_chunk: match size(host, WRITE_CHUNK, DEFAULT_WRITE_CHUNK)? {
+                0 => usize::MAX,
+                n => n,
+            },
             handshake_timeout: Duration::from_millis(timeout),
             max_unauthenticated,
             priority: small(host, PRIORITY, DEFAULT_PRIORITY)?,

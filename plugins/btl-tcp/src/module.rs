@@ -5,7 +5,9 @@
 //!
 //! Each peer has a queue of unsent bytes. A message goes straight to the
 //! socket with one gathered `sendmsg` (frame header, message header,
-//! payload) when the connection is up and nothing is queued; otherwise,
+//! payload; large messages in pieces of `btl_tcp_write_chunk` bytes, each
+//! pushed to the peer at once) when the connection is up and nothing is
+//! queued; otherwise,
 //! or for what the socket did not take, the bytes are copied into the
 //! queue, which `progress` drains when epoll reports the socket writable.
 //!
@@ -367,7 +369,7 @@ impl TcpModule {
         let notices = &mut self.notices;
         let mut failure = None;
         while !peer.queue.is_empty() {
-            let mut g = Gather::<MAX_IOV>::new();
+            let mut g = Gather::<MAX_IOV>::with_limit(self.settings.write_chunk);
             peer.queue.gather(&mut g);
             let total = g.total();
             match conn.sock.send_gather(&g) {
@@ -580,6 +582,20 @@ pub(crate) fn io_error(what: &str, e: &io::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{what}: {e}"))
 }
 
+/// Gathers what is left of `parts` after the first `skip` bytes.
+fn gather_from<'a, const N: usize>(g: &mut Gather<'a, N>, parts: &[&'a [u8]], mut skip: usize) {
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        if !g.push(&p[skip..]) {
+            return;
+        }
+        skip = 0;
+    }
+}
+
 /// What is left of `parts` after the first `skip` bytes, as one vector.
 fn remainder(parts: &[&[u8]], mut skip: usize) -> Vec<u8> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
@@ -746,18 +762,29 @@ impl Transport for TcpModule {
         }
         let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64).encode();
         let parts: [&[u8]; 3] = [&frame, header, payload];
+        let total = FRAME_HEADER_LEN + size;
         let mut written = 0;
         if let PeerState::Established(id) = peer.state {
             if peer.queue.is_empty() {
                 if let Some(conn) = self.conns.get(id) {
-                    let mut g = Gather::<3>::new();
-                    for p in parts {
-                        g.push(p);
-                    }
-                    match conn.sock.send_gather(&g) {
-                        Ok(n) if n == g.total() => return Ok(Completion::Done),
-                        Ok(n) => written = n,
-                        Err(e) => return Err(self.lost(rank, &e)),
+                    // In pieces of at most `write_chunk`, so the receiver
+                    // copies the first while we copy the next.
+                    loop {
+                        let mut g = Gather::<3>::with_limit(self.settings.write_chunk);
+                        gather_from(&mut g, &parts, written);
+                        let want = g.total();
+                        match conn.sock.send_gather(&g) {
+                            Ok(n) => {
+                                written += n;
+                                if written == total {
+                                    return Ok(Completion::Done);
+                                }
+                                if n < want {
+                                    break;
+                                }
+                            }
+                            Err(e) => return Err(self.lost(rank, &e)),
+                        }
                     }
                 }
             }

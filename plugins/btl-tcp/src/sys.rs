@@ -415,11 +415,13 @@ fn check_range(region: &MemRegion, offset: usize, len: usize) -> io::Result<()> 
 /// Most buffers one `sendmsg` takes from the module (Linux allows 1024).
 pub(crate) const MAX_IOV: usize = 64;
 
-/// Up to `N` buffers gathered for one `sendmsg`, borrowed for `'a`.
+/// Up to `N` buffers, and at most `limit` bytes, gathered for one
+/// `sendmsg`, borrowed for `'a`.
 pub(crate) struct Gather<'a, const N: usize = MAX_IOV> {
     iov: [libc::iovec; N],
     count: usize,
     total: usize,
+    limit: usize,
     _borrow: PhantomData<&'a [u8]>,
 }
 
@@ -433,8 +435,13 @@ impl<const N: usize> std::fmt::Debug for Gather<'_, N> {
 }
 
 impl<'a, const N: usize> Gather<'a, N> {
-    /// No buffers.
+    /// No buffers, no byte limit.
     pub(crate) fn new() -> Self {
+        Self::with_limit(usize::MAX)
+    }
+
+    /// No buffers; at most `limit` bytes will be gathered (0: no limit).
+    pub(crate) fn with_limit(limit: usize) -> Self {
         Self {
             iov: [libc::iovec {
                 iov_base: std::ptr::null_mut(),
@@ -442,13 +449,14 @@ impl<'a, const N: usize> Gather<'a, N> {
             }; N],
             count: 0,
             total: 0,
+            limit: if limit == 0 { usize::MAX } else { limit },
             _borrow: PhantomData,
         }
     }
 
-    /// Whether no more buffers fit.
+    /// Whether nothing more fits.
     pub(crate) fn is_full(&self) -> bool {
-        self.count == N
+        self.count == N || self.total >= self.limit
     }
 
     /// Bytes gathered.
@@ -456,30 +464,38 @@ impl<'a, const N: usize> Gather<'a, N> {
         self.total
     }
 
+    /// Appends `len` bytes at `ptr`, or as many as the byte limit allows;
+    /// true only if all of them were appended.
     fn push_raw(&mut self, ptr: *const u8, len: usize) -> bool {
         if len == 0 {
             return true;
         }
+        let room = self.limit.saturating_sub(self.total);
+        if room == 0 {
+            return false;
+        }
         let Some(slot) = self.iov.get_mut(self.count) else {
             return false;
         };
+        let take = len.min(room);
         *slot = libc::iovec {
             iov_base: ptr.cast_mut().cast(),
-            iov_len: len,
+            iov_len: take,
         };
         self.count += 1;
-        self.total += len;
-        true
+        self.total += take;
+        take == len
     }
 
-    /// Appends `bytes`; false (and nothing appended) when full.
+    /// Appends `bytes` (or the part the byte limit allows); false when
+    /// not all of it fit.
     pub(crate) fn push(&mut self, bytes: &'a [u8]) -> bool {
         self.push_raw(bytes.as_ptr(), bytes.len())
     }
 
-    /// Appends `len` bytes of `region` from `offset` (bounds-checked); the
-    /// region must stay live until the send returns. False when full or
-    /// out of range.
+    /// Appends `len` bytes of `region` from `offset` (bounds-checked; or
+    /// the part the byte limit allows); the region must stay live until
+    /// the send returns. False when not all of it fit, or out of range.
     pub(crate) fn push_region(&mut self, region: &MemRegion, offset: usize, len: usize) -> bool {
         if check_range(region, offset, len).is_err() {
             return false;
@@ -745,6 +761,19 @@ mod tests {
         assert!(g.push_region(&region, 4, 4));
         assert_eq!(g.total(), 4);
         assert_eq!(mem[2..5], *b"abc");
+    }
+
+    #[test]
+    fn gather_stops_at_its_byte_limit() {
+        let mut g = Gather::<4>::with_limit(10);
+        assert!(g.push(b"abcd"));
+        assert!(!g.push(b"efghijkl"), "cut at the limit");
+        assert_eq!(g.total(), 10);
+        assert!(g.is_full());
+        assert!(!g.push(b"m"));
+        assert_eq!(g.total(), 10);
+        let mut unlimited = Gather::<1>::with_limit(0);
+        assert!(unlimited.push(&[0; 1000]));
     }
 
     #[test]
