@@ -11,7 +11,7 @@
 //!
 //! Parameters (all `btl_tcp_*`): `if_include` / `if_exclude`, `ipv6`,
 //! `links`, `eager_limit`, `max_send_size`, `sndbuf` / `rcvbuf`,
-//! `recv_staging`, `handshake_timeout_ms`, `max_unauthenticated`,
+//! `write_chunk`, `recv_staging`, `handshake_timeout_ms`, `max_unauthenticated`,
 //! `priority`, `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
 //! help. Every process of a job must use the same `max_send_size` (it is
 //! also the largest frame a receiver accepts).

@@ -116,7 +116,23 @@ pub(crate) enum Notice {
     PeerFailed(Rank, PluginError),
 }
 
-/// One TCP module: see the [module docs](self).
+/// One TCP module: one listening socket (an interface address and a link)
+/// and at most one connection per peer, opened on first use.
+///
+/// - `sendi` sends nothing and answers `Busy` when the message exceeds the
+///   eager limit, the connection is not up yet (it is started), bytes are
+///   queued to the peer, or the socket takes nothing. If the socket takes
+///   part of the message, the module keeps the rest and answers `Sent`;
+///   the peer then has queued bytes, so following `sendi`s answer `Busy`
+///   until they are written. The receiver never sees a partial message.
+/// - `send` answers `Done` when the socket took the whole message, else
+///   copies what is left and answers `Pending`; `send_complete` follows
+///   once, when the last byte is handed to the kernel or the peer fails.
+/// - `put`/`get` always answer `Pending`; the target checks key, rights and
+///   range, and a refusal completes the operation with an error.
+/// - A connection that closes, resets or breaks the framing fails its peer:
+///   `peer_failed` once, every pending operation to it completes with an
+///   error once, and later calls for it fail at once.
 pub struct TcpModule {
     pub(crate) host: Host,
     pub(crate) me: Rank,
