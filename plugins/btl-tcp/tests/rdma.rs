@@ -224,3 +224,73 @@ fn put_and_get_interleave_with_messages_in_order() {
     assert!(target == src);
     wait_rdma(&mut procs, 0, 10).unwrap();
 }
+
+fn small_buffers(spec: JobSpec) -> JobSpec {
+    spec.param("btl_tcp_sndbuf", ParamValue::Size(64 << 10))
+        .param("btl_tcp_rcvbuf", ParamValue::Size(64 << 10))
+}
+
+#[test]
+fn deregistering_during_a_put_stops_the_writes_and_fails_the_put() {
+    let mut procs = job(small_buffers(JobSpec::new(2)));
+    post(procs[0].m(), 1, 0, b"", b"hello", 0);
+    drive(&mut procs, "connection", |p| p[1].rec.count_from(0) == 1);
+    let mut target = vec![0xeeu8; 4 << 20];
+    let base = target.as_ptr() as u64;
+    let reg = procs[1]
+        .m()
+        .register_mem(region(&mut target), Access::REMOTE_WRITE)
+        .unwrap();
+    let mut src = vec![0x11u8; 4 << 20];
+    procs[0]
+        .m()
+        .put(&op(1, region(&mut src), base, &reg.remote_key, 1))
+        .unwrap();
+    // The target starts reading the put in place, then releases the memory.
+    procs[0].progress();
+    procs[1].progress();
+    procs[1].m().deregister_mem(reg.id).unwrap();
+    let e = wait_rdma(&mut procs, 0, 1).unwrap_err();
+    assert!(e.message.contains("released"), "{e}");
+    // Small buffers: far less than the last MiB had arrived by then.
+    assert!(
+        target[3 << 20..].iter().all(|&b| b == 0xee),
+        "no write after release"
+    );
+    assert!(procs[0].rec.failed.is_empty() && procs[1].rec.failed.is_empty());
+    // The stream stayed in step.
+    post(procs[0].m(), 1, 0, b"", b"after", 2);
+    drive(&mut procs, "a later message", |p| {
+        p[1].rec.count_from(0) == 2
+    });
+}
+
+#[test]
+fn get_answers_queued_at_deregistration_carry_the_bytes_of_that_moment() {
+    let mut procs = job(small_buffers(JobSpec::new(2)));
+    post(procs[0].m(), 1, 0, b"", b"hello", 0);
+    drive(&mut procs, "connection", |p| p[1].rec.count_from(0) == 1);
+    let original = pattern(9, 2 << 20);
+    let mut target = original.clone();
+    let base = target.as_ptr() as u64;
+    let reg = procs[1]
+        .m()
+        .register_mem(region(&mut target), Access::REMOTE_READ)
+        .unwrap();
+    let mut dst = vec![0u8; 2 << 20];
+    procs[0]
+        .m()
+        .get(&op(1, region(&mut dst), base, &reg.remote_key, 1))
+        .unwrap();
+    // The target reads the request and queues the answer (the socket
+    // takes only part), then releases and reuses the memory.
+    procs[1].progress();
+    assert!(procs[1].m().queued_bytes(0) > 0);
+    procs[1].m().deregister_mem(reg.id).unwrap();
+    target.fill(0x55);
+    wait_rdma(&mut procs, 0, 1).unwrap();
+    assert!(
+        dst == original,
+        "the answer holds the bytes of the moment of release"
+    );
+}
