@@ -8,7 +8,10 @@
 //! - [`group`]: process-group representations with MPI group semantics;
 //! - [`buddy`]: the buddy allocator behind the symmetric heap;
 //! - [`component`]: plain data shared by host and plugins (versions,
-//!   component names).
+//!   component names);
+//! - [`auth`]: SHA-256 and HMAC-SHA256, for transports that prove a peer
+//!   holds the job key;
+//! - [`wire`]: typed, checked views of the bytes transports exchange.
 #![no_std]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -18,7 +21,9 @@ extern crate alloc;
 extern crate std;
 
 pub mod am;
+pub mod auth;
 pub mod buddy;
 pub mod component;
 pub mod group;
 pub mod regcache;
+pub mod wire;

@@ -57,6 +57,8 @@ macro_rules! transports {
 
 transports! {
     self_one_rank: "self" with 1 ranks;
+    tcp_two_ranks: "tcp" with 2 ranks;
+    tcp_four_ranks: "tcp" with 4 ranks;
 }
 
 /// tcp between two "hosts": each rank in its own network namespace, joined

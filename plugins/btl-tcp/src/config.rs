@@ -1,0 +1,479 @@
+//! The component's parameters and the choice of interfaces.
+//!
+//! Interfaces are chosen by `btl_tcp_if_include` or `btl_tcp_if_exclude`
+//! (not both): comma-separated interface names (`lo`, `eth0`) or address
+//! ranges in CIDR form (`192.0.2.0/24`, `fd00::/8`, or a single address).
+//! Interfaces that are down, and IPv6 link-local addresses (which need a
+//! scope to be dialled), are never used; IPv6 is used only when
+//! `btl_tcp_ipv6` is set.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use fireopal_abi::host::Host;
+use fireopal_abi::param::{ParamRegistrar, ParamValue};
+use fireopal_abi::PluginError;
+use fireopal_core::wire::address::{prefix_mask_v4, prefix_mask_v6, MAX_ENTRIES};
+
+use crate::sys::{BufferSizes, InterfaceAddress};
+
+/// Parameter names.
+pub(crate) mod names {
+    pub(crate) const IF_INCLUDE: &str = "btl_tcp_if_include";
+    pub(crate) const IF_EXCLUDE: &str = "btl_tcp_if_exclude";
+    pub(crate) const IPV6: &str = "btl_tcp_ipv6";
+    pub(crate) const LINKS: &str = "btl_tcp_links";
+    pub(crate) const EAGER_LIMIT: &str = "btl_tcp_eager_limit";
+    pub(crate) const MAX_SEND_SIZE: &str = "btl_tcp_max_send_size";
+    pub(crate) const SNDBUF: &str = "btl_tcp_sndbuf";
+    pub(crate) const RCVBUF: &str = "btl_tcp_rcvbuf";
+    pub(crate) const RECV_STAGING: &str = "btl_tcp_recv_staging";
+    pub(crate) const WRITE_CHUNK: &str = "btl_tcp_write_chunk";
+    pub(crate) const HANDSHAKE_TIMEOUT: &str = "btl_tcp_handshake_timeout_ms";
+    pub(crate) const MAX_UNAUTHENTICATED: &str = "btl_tcp_max_unauthenticated";
+    pub(crate) const PRIORITY: &str = "btl_tcp_priority";
+    pub(crate) const LATENCY: &str = "btl_tcp_latency_ns";
+    pub(crate) const BANDWIDTH: &str = "btl_tcp_bandwidth_mbps";
+}
+
+/// Longest active-message header.
+pub(crate) const MAX_HEADER: usize = 256;
+/// Most links per interface.
+pub(crate) const MAX_LINKS: u64 = 16;
+
+const DEFAULT_EAGER_LIMIT: u64 = 64 << 10;
+const DEFAULT_MAX_SEND_SIZE: u64 = 8 << 20;
+const DEFAULT_SOCKET_BUFFER: u64 = 4 << 20;
+const DEFAULT_RECV_STAGING: u64 = 128 << 10;
+/// Just under one 64 KiB TCP segment (loopback MSS, GSO size): each
+/// `sendmsg` then ends with a push, so the receiver copies one piece while
+/// the sender copies the next (a single large write is only pushed once
+/// half the peer's window is queued, which serialises the two copies).
+const DEFAULT_WRITE_CHUNK: u64 = 60 << 10;
+const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+const DEFAULT_MAX_UNAUTHENTICATED: u64 = 64;
+const DEFAULT_PRIORITY: u64 = 20;
+const DEFAULT_LATENCY_NS: u64 = 10_000;
+const DEFAULT_BANDWIDTH_MBPS: u64 = 10_000;
+
+/// Declares every parameter.
+pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
+    use names::*;
+    let text = |s: &str| ParamValue::Str(s.into());
+    r.register(
+        IF_INCLUDE,
+        text(""),
+        "interfaces to use: comma-separated names or CIDR ranges (empty: all that are up)",
+    )?;
+    r.register(
+        IF_EXCLUDE,
+        text(""),
+        "interfaces not to use: comma-separated names or CIDR ranges (exclusive with btl_tcp_if_include)",
+    )?;
+    r.register(IPV6, ParamValue::Bool(false), "also use IPv6 addresses")?;
+    r.register(
+        LINKS,
+        ParamValue::UInt(1),
+        "connections (modules) per interface, for striping large messages",
+    )?;
+    r.register(
+        EAGER_LIMIT,
+        ParamValue::Size(DEFAULT_EAGER_LIMIT),
+        "largest header + payload of sendi and of one eager fragment",
+    )?;
+    r.register(
+        MAX_SEND_SIZE,
+        ParamValue::Size(DEFAULT_MAX_SEND_SIZE),
+        "largest header + payload of one send; also the largest frame accepted from a peer",
+    )?;
+    r.register(
+        SNDBUF,
+        ParamValue::Size(DEFAULT_SOCKET_BUFFER),
+        "socket send buffer size (0: kernel autotuning)",
+    )?;
+    r.register(
+        RCVBUF,
+        ParamValue::Size(DEFAULT_SOCKET_BUFFER),
+        "socket receive buffer size (0: kernel autotuning)",
+    )?;
+    r.register(
+        RECV_STAGING,
+        ParamValue::Size(DEFAULT_RECV_STAGING),
+        "per-connection receive buffer; larger frames are read straight into place",
+    )?;
+    r.register(
+        WRITE_CHUNK,
+        ParamValue::Size(DEFAULT_WRITE_CHUNK),
+        "most bytes per sendmsg call (0: no limit); bounded writes are pushed at once, so the receiver copies while the sender still writes",
+    )?;
+    r.register(
+        HANDSHAKE_TIMEOUT,
+        ParamValue::UInt(DEFAULT_HANDSHAKE_TIMEOUT_MS),
+        "milliseconds a connection may take to authenticate before it is dropped",
+    )?;
+    r.register(
+        MAX_UNAUTHENTICATED,
+        ParamValue::UInt(DEFAULT_MAX_UNAUTHENTICATED),
+        "incoming connections held before they authenticate; more are refused",
+    )?;
+    r.register(
+        PRIORITY,
+        ParamValue::UInt(DEFAULT_PRIORITY),
+        "priority this component answers in query",
+    )?;
+    r.register(
+        LATENCY,
+        ParamValue::UInt(DEFAULT_LATENCY_NS),
+        "one-way latency reported to the host, in nanoseconds",
+    )?;
+    r.register(
+        BANDWIDTH,
+        ParamValue::UInt(DEFAULT_BANDWIDTH_MBPS),
+        "bandwidth of one link reported to the host, in MB/s",
+    )
+}
+
+/// A bad parameter value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigError {
+    param: &'static str,
+    reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.param, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<ConfigError> for PluginError {
+    fn from(e: ConfigError) -> Self {
+        PluginError::invalid(e.to_string())
+    }
+}
+
+fn bad(param: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        param,
+        reason: reason.into(),
+    }
+}
+
+/// One element of an include/exclude list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    /// An interface name.
+    Name(String),
+    /// An address range.
+    Cidr { ip: IpAddr, prefix_len: u8 },
+}
+
+impl Pattern {
+    fn parse(token: &str, param: &'static str) -> Result<Self, ConfigError> {
+        let looks_like_address =
+            token.contains('/') || token.contains(':') || token.parse::<IpAddr>().is_ok();
+        if !looks_like_address {
+            return Ok(Self::Name(token.to_owned()));
+        }
+        let (ip_text, prefix_text) = match token.split_once('/') {
+            Some((ip, prefix)) => (ip, Some(prefix)),
+            None => (token, None),
+        };
+        let ip: IpAddr = ip_text
+            .parse()
+            .map_err(|_| bad(param, format!("{token:?} is not an address or CIDR range")))?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let prefix_len = match prefix_text {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= max)
+                .ok_or_else(|| bad(param, format!("{token:?} has a bad prefix length")))?,
+        };
+        Ok(Self::Cidr { ip, prefix_len })
+    }
+
+    fn matches(&self, a: &InterfaceAddress) -> bool {
+        match self {
+            Self::Name(n) => *n == a.name,
+            Self::Cidr { ip, prefix_len } => match (ip, a.ip) {
+                (IpAddr::V4(net), IpAddr::V4(x)) => {
+                    let m = prefix_mask_v4(*prefix_len);
+                    u32::from(*net) & m == u32::from(x) & m
+                }
+                (IpAddr::V6(net), IpAddr::V6(x)) => {
+                    let m = prefix_mask_v6(*prefix_len);
+                    u128::from(*net) & m == u128::from(x) & m
+                }
+                _ => false,
+            },
+        }
+    }
+}
+
+/// Which interfaces to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Selection {
+    /// Every usable interface.
+    All,
+    /// Only the ones matching.
+    Include(Vec<Pattern>),
+    /// All but the ones matching.
+    Exclude(Vec<Pattern>),
+}
+
+fn patterns(text: &str, param: &'static str) -> Result<Vec<Pattern>, ConfigError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| Pattern::parse(t, param))
+        .collect()
+}
+
+impl Selection {
+    /// Builds the selection from the two list parameters.
+    pub(crate) fn from_params(include: &str, exclude: &str) -> Result<Self, ConfigError> {
+        let inc = patterns(include, names::IF_INCLUDE)?;
+        let exc = patterns(exclude, names::IF_EXCLUDE)?;
+        match (inc.is_empty(), exc.is_empty()) {
+            (true, true) => Ok(Self::All),
+            (false, true) => Ok(Self::Include(inc)),
+            (true, false) => Ok(Self::Exclude(exc)),
+            (false, false) => Err(bad(
+                names::IF_INCLUDE,
+                "cannot be combined with btl_tcp_if_exclude",
+            )),
+        }
+    }
+
+    fn wants(&self, a: &InterfaceAddress) -> bool {
+        match self {
+            Self::All => true,
+            Self::Include(p) => p.iter().any(|p| p.matches(a)),
+            Self::Exclude(p) => !p.iter().any(|p| p.matches(a)),
+        }
+    }
+}
+
+/// Whether an IPv6 address is link-local (fe80::/10).
+fn link_local_v6(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+/// The addresses to listen on, in the order given.
+pub(crate) fn select_interfaces(
+    all: &[InterfaceAddress],
+    selection: &Selection,
+    ipv6: bool,
+) -> Vec<InterfaceAddress> {
+    all.iter()
+        .filter(|a| a.up)
+        .filter(|a| ipv6 || a.ip.is_ipv4())
+        .filter(|a| !link_local_v6(&a.ip) && !a.ip.is_multicast() && !a.ip.is_unspecified())
+        .filter(|a| selection.wants(a))
+        .cloned()
+        .collect()
+}
+
+/// Resolved settings of one process's modules.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) selection: Selection,
+    pub(crate) ipv6: bool,
+    pub(crate) links: u8,
+    pub(crate) eager_limit: usize,
+    pub(crate) max_send_size: usize,
+    pub(crate) buffers: BufferSizes,
+    pub(crate) recv_staging: usize,
+    /// Most bytes per `sendmsg` (`usize::MAX`: no limit).
+    pub(crate) write_chunk: usize,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) max_unauthenticated: usize,
+    pub(crate) priority: u32,
+    pub(crate) latency_ns: u32,
+    pub(crate) bandwidth_mbps: u32,
+}
+
+fn size(host: &Host, name: &'static str, default: u64) -> Result<usize, ConfigError> {
+    let v = host.param_u64(name).unwrap_or(default);
+    usize::try_from(v).map_err(|_| bad(name, "too large for this machine"))
+}
+
+fn small(host: &Host, name: &'static str, default: u64) -> Result<u32, ConfigError> {
+    let v = host.param_u64(name).unwrap_or(default);
+    u32::try_from(v).map_err(|_| bad(name, "must be below 2^32"))
+}
+
+impl Settings {
+    /// Reads and checks every parameter (missing ones take their default).
+    pub(crate) fn from_host(host: &Host) -> Result<Self, ConfigError> {
+        use names::*;
+        let selection = Selection::from_params(
+            &host.param_str(IF_INCLUDE).unwrap_or_default(),
+            &host.param_str(IF_EXCLUDE).unwrap_or_default(),
+        )?;
+        let links = host.param_u64(LINKS).unwrap_or(1);
+        if links == 0 || links > MAX_LINKS {
+            return Err(bad(LINKS, format!("must be between 1 and {MAX_LINKS}")));
+        }
+        let eager_limit = size(host, EAGER_LIMIT, DEFAULT_EAGER_LIMIT)?;
+        let max_send_size = size(host, MAX_SEND_SIZE, DEFAULT_MAX_SEND_SIZE)?;
+        if eager_limit < MAX_HEADER {
+            return Err(bad(
+                EAGER_LIMIT,
+                format!("must be at least {MAX_HEADER} bytes"),
+            ));
+        }
+        if max_send_size < eager_limit {
+            return Err(bad(MAX_SEND_SIZE, "must not be below btl_tcp_eager_limit"));
+        }
+        let recv_staging = size(host, RECV_STAGING, DEFAULT_RECV_STAGING)?;
+        if recv_staging < 4096 {
+            return Err(bad(RECV_STAGING, "must be at least 4096 bytes"));
+        }
+        let timeout = host
+            .param_u64(HANDSHAKE_TIMEOUT)
+            .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS);
+        if timeout == 0 {
+            return Err(bad(HANDSHAKE_TIMEOUT, "must be positive"));
+        }
+        let max_unauthenticated = size(host, MAX_UNAUTHENTICATED, DEFAULT_MAX_UNAUTHENTICATED)?;
+        if max_unauthenticated == 0 {
+            return Err(bad(MAX_UNAUTHENTICATED, "must be positive"));
+        }
+        Ok(Self {
+            selection,
+            ipv6: host.param_bool(IPV6).unwrap_or(false),
+            links: links as u8,
+            eager_limit,
+            max_send_size,
+            buffers: BufferSizes {
+                send: size(host, SNDBUF, DEFAULT_SOCKET_BUFFER)?,
+                recv: size(host, RCVBUF, DEFAULT_SOCKET_BUFFER)?,
+            },
+            recv_staging,
+            write_chunk: match size(host, WRITE_CHUNK, DEFAULT_WRITE_CHUNK)? {
+                0 => usize::MAX,
+                n => n,
+            },
+            handshake_timeout: Duration::from_millis(timeout),
+            max_unauthenticated,
+            priority: small(host, PRIORITY, DEFAULT_PRIORITY)?,
+            latency_ns: small(host, LATENCY, DEFAULT_LATENCY_NS)?,
+            bandwidth_mbps: small(host, BANDWIDTH, DEFAULT_BANDWIDTH_MBPS)?,
+        })
+    }
+
+    /// The addresses this process listens on, or why there are none.
+    pub(crate) fn interfaces(&self) -> Result<Vec<InterfaceAddress>, PluginError> {
+        let all = crate::sys::interface_addresses().map_err(|e| {
+            PluginError::new(
+                fireopal_abi::ErrorKind::IO,
+                format!("cannot list interfaces: {e}"),
+            )
+        })?;
+        let chosen = select_interfaces(&all, &self.selection, self.ipv6);
+        if chosen.len() * usize::from(self.links) > MAX_ENTRIES {
+            return Err(PluginError::invalid(format!(
+                "{} interface addresses × {} links exceed {MAX_ENTRIES} listening sockets",
+                chosen.len(),
+                self.links
+            )));
+        }
+        Ok(chosen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iface(name: &str, ip: &str, prefix_len: u8, up: bool) -> InterfaceAddress {
+        let ip: IpAddr = ip.parse().unwrap();
+        InterfaceAddress {
+            name: name.into(),
+            ip,
+            prefix_len,
+            up,
+            loopback: ip.is_loopback(),
+        }
+    }
+
+    fn machine() -> Vec<InterfaceAddress> {
+        vec![
+            iface("lo", "127.0.0.1", 8, true),
+            iface("lo", "::1", 128, true),
+            iface("eth0", "192.0.2.2", 24, true),
+            iface("eth0", "fd00::2", 64, true),
+            iface("eth0", "fe80::1", 64, true),
+            iface("eth1", "198.51.100.7", 24, false),
+        ]
+    }
+
+    fn names_of(v: &[InterfaceAddress]) -> Vec<String> {
+        v.iter().map(|a| format!("{}={}", a.name, a.ip)).collect()
+    }
+
+    #[test]
+    fn all_up_ipv4_by_default() {
+        let s = Selection::from_params("", "").unwrap();
+        assert_eq!(
+            names_of(&select_interfaces(&machine(), &s, false)),
+            ["lo=127.0.0.1", "eth0=192.0.2.2"]
+        );
+        assert_eq!(
+            names_of(&select_interfaces(&machine(), &s, true)),
+            ["lo=127.0.0.1", "lo=::1", "eth0=192.0.2.2", "eth0=fd00::2"],
+            "link-local and down interfaces never"
+        );
+    }
+
+    #[test]
+    fn include_by_name_and_cidr() {
+        let s = Selection::from_params("lo", "").unwrap();
+        assert_eq!(
+            names_of(&select_interfaces(&machine(), &s, false)),
+            ["lo=127.0.0.1"]
+        );
+        let s = Selection::from_params(" 192.0.2.0/24 , fd00::/8", "").unwrap();
+        assert_eq!(
+            names_of(&select_interfaces(&machine(), &s, true)),
+            ["eth0=192.0.2.2", "eth0=fd00::2"]
+        );
+        let s = Selection::from_params("127.0.0.1", "").unwrap();
+        assert_eq!(
+            names_of(&select_interfaces(&machine(), &s, false)),
+            ["lo=127.0.0.1"]
+        );
+    }
+
+    #[test]
+    fn exclude_by_name_and_cidr() {
+        let s = Selection::from_params("", "eth0").unwrap();
+        assert_eq!(
+            names_of(&select_interfaces(&machine(), &s, true)),
+            ["lo=127.0.0.1", "lo=::1"]
+        );
+        let s = Selection::from_params("", "127.0.0.0/8").unwrap();
+        assert_eq!(
+            names_of(&select_interfaces(&machine(), &s, false)),
+            ["eth0=192.0.2.2"]
+        );
+    }
+
+    #[test]
+    fn bad_lists_name_the_parameter() {
+        let e = Selection::from_params("lo", "eth0").unwrap_err();
+        assert!(e.to_string().starts_with("btl_tcp_if_include"), "{e}");
+        let e = Selection::from_params("10.0.0.0/33", "").unwrap_err();
+        assert!(e.to_string().contains("bad prefix length"), "{e}");
+        let e = Selection::from_params("", "10.0.0/8").unwrap_err();
+        assert!(e.to_string().starts_with("btl_tcp_if_exclude"), "{e}");
+        assert!(Selection::from_params("fd00::/129", "").is_err());
+        assert_eq!(Selection::from_params(" , ", ""), Ok(Selection::All));
+    }
+}

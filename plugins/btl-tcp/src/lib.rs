@@ -1,0 +1,183 @@
+//! `tcp`: the byte transfer layer that works between any two machines.
+//!
+//! The component opens one module per (interface address, link): each
+//! module listens on its own socket, and every module publishes the whole
+//! list of the process's listening sockets (so whichever module's address
+//! the host hands to a peer, the peer finds its partner in it). Peers pair
+//! their modules deterministically (see `select`), connect on first use,
+//! and prove to each other that they hold the job key before any frame
+//! flows: a connection that cannot is dropped and logged. Sockets are
+//! non-blocking and driven by `progress` through epoll.
+//!
+//! Parameters (all `btl_tcp_*`): `if_include` / `if_exclude`, `ipv6`,
+//! `links`, `eager_limit`, `max_send_size`, `sndbuf` / `rcvbuf`,
+//! `write_chunk`, `recv_staging`, `handshake_timeout_ms`, `max_unauthenticated`,
+//! `priority`, `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
+//! help. Every process of a job must use the same `max_send_size` (it is
+//! also the largest frame a receiver accepts).
+//!
+//! The crate builds as the plugin `libfireopal_btl_tcp.so` and as an rlib
+//! so its tests can drive modules in-process.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod conn;
+mod handshake;
+mod module;
+mod queue;
+mod rdma;
+mod receive;
+mod select;
+mod sys;
+
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::SocketAddr;
+
+use fireopal_abi::btl::BtlComponentImpl;
+use fireopal_abi::host::{Host, LogLevel};
+use fireopal_abi::param::ParamRegistrar;
+use fireopal_abi::{Availability, ComponentVersion, ErrorKind, PluginError};
+use fireopal_core::wire::address::{encode_addresses, AddressEntry, InterfaceName};
+
+pub use module::TcpModule;
+
+use config::Settings;
+use sys::Socket;
+
+/// The `tcp` component.
+#[derive(Debug)]
+pub struct TcpComponent;
+
+impl BtlComponentImpl for TcpComponent {
+    const NAME: &'static str = "tcp";
+    const VERSION: ComponentVersion = ComponentVersion::new(0, 1, 0);
+    type Module = TcpModule;
+
+    fn register_params(registry: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
+        config::register(registry)
+    }
+
+    fn query(host: &Host) -> Availability {
+        // tcp never carries messages to the process itself (the self BTL
+        // does), so a job of one has nothing for it: no socket is opened.
+        let size = host.job().size;
+        if size < 2 {
+            return Availability::Unavailable {
+                reason: format!("a job of {size} process has no peer to reach over tcp").into(),
+            };
+        }
+        let settings = match Settings::from_host(host) {
+            Ok(s) => s,
+            Err(e) => {
+                return Availability::Unavailable {
+                    reason: e.to_string().into(),
+                }
+            }
+        };
+        match settings.interfaces() {
+            Ok(list) if list.is_empty() => Availability::Unavailable {
+                reason: "no usable interface matches the tcp interface parameters".into(),
+            },
+            Ok(_) => Availability::Available {
+                priority: settings.priority,
+            },
+            Err(e) => Availability::Unavailable {
+                reason: e.to_string().into(),
+            },
+        }
+    }
+
+    fn open(host: Host) -> Result<Vec<TcpModule>, PluginError> {
+        let settings = Settings::from_host(&host)?;
+        let interfaces = settings.interfaces()?;
+        let mut entries = Vec::new();
+        let mut listeners = Vec::new();
+        for iface in &interfaces {
+            let name = InterfaceName::new(&iface.name)
+                .map_err(|e| PluginError::invalid(format!("interface {:?}: {e}", iface.name)))?;
+            for link in 0..settings.links {
+                let sock = Socket::listen(SocketAddr::new(iface.ip, 0), settings.buffers).map_err(
+                    |e| {
+                        PluginError::new(
+                            ErrorKind::IO,
+                            format!("cannot listen on {} ({}): {e}", iface.ip, iface.name),
+                        )
+                    },
+                )?;
+                let port = sock
+                    .local_addr()
+                    .map_err(|e| module::io_error("cannot read the listening port", &e))?
+                    .port();
+                entries.push(AddressEntry {
+                    name,
+                    ip: iface.ip,
+                    prefix_len: iface.prefix_len,
+                    port,
+                    link,
+                    loopback: iface.loopback,
+                });
+                listeners.push(sock);
+            }
+        }
+        let address =
+            encode_addresses(&entries).map_err(|e| PluginError::invalid(e.to_string()))?;
+        let mut modules = Vec::with_capacity(listeners.len());
+        for (index, listener) in listeners.into_iter().enumerate() {
+            modules.push(TcpModule::new(
+                host.clone(),
+                settings.clone(),
+                entries.clone(),
+                index,
+                address.clone(),
+                listener,
+            )?);
+        }
+        let list: Vec<String> = entries
+            .iter()
+            .map(|e| format!("{} {}:{} link {}", e.name, e.ip, e.port, e.link))
+            .collect();
+        host.log(
+            LogLevel::Info,
+            &format!("tcp: listening on {}", list.join(", ")),
+        );
+        Ok(modules)
+    }
+}
+
+/// The plugin's root module (what the host loads).
+pub mod root {
+    // The macro's expansion includes a static abi_stable generates.
+    #![allow(missing_docs)]
+    fireopal_abi::export_btl_component!(super::TcpComponent);
+}
+
+/// Hasher for maps keyed by ranks and ids (small integers chosen by us or
+/// checked before use): one multiply, no per-process seed needed.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RankHasher(u64);
+
+const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl Hasher for RankHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(MIX);
+        }
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(MIX);
+    }
+}
+
+/// Builds [`RankHasher`]s.
+pub(crate) type RankHash = BuildHasherDefault<RankHasher>;

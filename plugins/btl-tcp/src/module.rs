@@ -1,0 +1,1057 @@
+//! The TCP module: one listening socket (one interface address, one link),
+//! its connections to peers, and the [`Transport`] contract over them.
+//!
+//! # Sending
+//!
+//! Each peer has a queue of unsent bytes. A message goes straight to the
+//! socket with one gathered `sendmsg` (frame header, message header,
+//! payload; large messages in pieces of `btl_tcp_write_chunk` bytes, each
+//! pushed to the peer at once) when the connection is up and nothing is
+//! queued; otherwise,
+//! or for what the socket did not take, the bytes are copied into the
+//! queue, which `progress` drains when epoll reports the socket writable.
+//!
+//! - `sendi` answers `Busy` (sending nothing) when the message is larger
+//!   than the eager limit, the connection is not up yet (it is started),
+//!   bytes are queued, or the socket takes nothing. If the socket takes
+//!   only part of the message, the module keeps the rest and answers
+//!   `Sent`: the receiver still gets the whole message, in order, and
+//!   since the peer now has queued bytes, following `sendi`s answer `Busy`
+//!   until the queue drains.
+//! - `send` first writes what is queued if the socket takes it, then
+//!   answers `Done` when the socket took the whole message now;
+//!   otherwise it copies what is left, answers `Pending`, and reports
+//!   `send_complete` once when the last byte is handed to the kernel (or
+//!   with an error if the peer fails first).
+//! - `put` sends the local bytes straight from the caller's memory (valid
+//!   until completion, so never copied) in chunks of at most
+//!   `btl_tcp_max_send_size`; the target checks the key and range of each
+//!   chunk, writes it in place and acknowledges it; the operation completes
+//!   when every chunk is acknowledged, with the first error if any.
+//!   `get` sends a request; the target checks it and answers with the
+//!   bytes, which are read straight into the caller's buffer.
+//!
+//! # Failure
+//!
+//! A connection that closes, resets, or sends a frame that fails its
+//! checks makes the peer failed: `peer_failed` is reported once, every
+//! queued `send` and every `put`/`get` in flight to it completes with an
+//! error (each once), and later calls for it fail at once. Connections
+//! that never authenticated are dropped and logged without touching any
+//! peer.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use fireopal_abi::btl::{
+    exclusivity, Access, BtlAttributes, BtlFlags, Completion, EventSink, MemRegion, PeerAddress,
+    Rank, RdmaOp, Reachability, Registration, SendiOutcome, Transport,
+};
+use fireopal_abi::host::{Host, LogLevel, JOB_KEY_LEN};
+use fireopal_abi::{ErrorKind, PluginError};
+use fireopal_core::wire::address::{parse_addresses, AddressEntry};
+use fireopal_core::wire::frame::{
+    FrameHeader, FrameKind, FrameLimits, GetRequest, PutHeader, RemoteKey, FRAME_HEADER_LEN,
+};
+
+use crate::config::{Settings, MAX_HEADER};
+use crate::conn::{ConnId, Dest, Finish, Phase, Slab};
+use crate::queue::{Done, OutItem, RegionPart, SendQueue};
+use crate::rdma::{OpKind, Ops, Registrations};
+use crate::select::partner;
+use crate::sys::{Epoll, Gather, Readiness, Socket, MAX_IOV};
+use crate::RankHash;
+
+/// Where to dial a peer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target {
+    pub(crate) addr: SocketAddr,
+    /// The peer's entry index in its address list.
+    pub(crate) entry: u8,
+}
+
+/// Connection state of one peer.
+#[derive(Debug, Clone)]
+pub(crate) enum PeerState {
+    /// No connection yet.
+    Idle,
+    /// Our connection is being opened.
+    Connecting(ConnId),
+    /// The peer refused our connection as a duplicate and will use its
+    /// own; waiting for it since then.
+    AwaitingIncoming(Instant),
+    /// Frames flow on this connection.
+    Established(ConnId),
+    /// The peer failed; every call for it fails with this error.
+    Failed(PluginError),
+}
+
+/// One peer of this module.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    /// Where to dial; `None` for a peer known only by its connection to us.
+    pub(crate) target: Option<Target>,
+    pub(crate) state: PeerState,
+    pub(crate) queue: SendQueue,
+}
+
+impl Peer {
+    pub(crate) fn new(target: Option<Target>) -> Self {
+        Self {
+            target,
+            state: PeerState::Idle,
+            queue: SendQueue::default(),
+        }
+    }
+}
+
+/// An event found outside `progress` (or while writing), reported at the
+/// next `progress`.
+#[derive(Debug)]
+pub(crate) enum Notice {
+    SendDone(u64, Result<(), PluginError>),
+    RdmaDone(u64, Result<(), PluginError>),
+    PeerFailed(Rank, PluginError),
+}
+
+/// One TCP module: one listening socket (an interface address and a link)
+/// and at most one connection per peer, opened on first use.
+///
+/// - `sendi` sends nothing and answers `Busy` when the message exceeds the
+///   eager limit, the connection is not up yet (it is started), bytes are
+///   queued to the peer, or the socket takes nothing. If the socket takes
+///   part of the message, the module keeps the rest and answers `Sent`;
+///   the peer then has queued bytes, so following `sendi`s answer `Busy`
+///   until they are written. The receiver never sees a partial message.
+/// - `send` answers `Done` when the socket took the whole message, else
+///   copies what is left and answers `Pending`; `send_complete` follows
+///   once, when the last byte is handed to the kernel or the peer fails.
+/// - `put`/`get` always answer `Pending`; the target checks key, rights and
+///   range, and a refusal completes the operation with an error.
+/// - A connection that closes, resets or breaks the framing fails its peer:
+///   `peer_failed` once, every pending operation to it completes with an
+///   error once, and later calls for it fail at once.
+pub struct TcpModule {
+    pub(crate) host: Host,
+    pub(crate) me: Rank,
+    pub(crate) size: u32,
+    pub(crate) key: [u8; JOB_KEY_LEN],
+    pub(crate) settings: Settings,
+    /// This module's index in `entries`.
+    pub(crate) entry: usize,
+    pub(crate) entries: Vec<AddressEntry>,
+    pub(crate) address: Vec<u8>,
+    pub(crate) listener: Socket,
+    pub(crate) epoll: Epoll,
+    pub(crate) ready: Vec<Readiness>,
+    pub(crate) conns: Slab,
+    pub(crate) peers: HashMap<Rank, Peer, RankHash>,
+    /// Ranks answered unreachable, with the reason (kept for repeats).
+    pub(crate) unreachable: HashMap<Rank, String, RankHash>,
+    pub(crate) regs: Registrations,
+    pub(crate) ops: Ops,
+    pub(crate) notices: VecDeque<Notice>,
+    pub(crate) limits: FrameLimits,
+    /// Peers whose queue got replies while a connection was being read.
+    pub(crate) to_flush: Vec<Rank>,
+    pub(crate) next_sweep: Instant,
+    /// Spare buffers for large active messages.
+    pub(crate) big_pool: Vec<Vec<u8>>,
+    /// `progress` calls so far.
+    pub(crate) calls: u32,
+}
+
+impl std::fmt::Debug for TcpModule {
+    // The job key is a secret: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpModule")
+            .field("rank", &self.me)
+            .field("entry", &self.my_entry())
+            .field("peers", &self.peers.len())
+            .field("connections", &self.conns.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Handshake deadlines are looked at every this many `progress` calls.
+const SWEEP_EVERY: u32 = 64;
+
+/// How often handshake deadlines are checked, at most.
+fn sweep_interval(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(1), Duration::from_millis(250))
+}
+
+impl TcpModule {
+    /// A module listening on `listener`, which is `entries[entry]`.
+    pub(crate) fn new(
+        host: Host,
+        settings: Settings,
+        entries: Vec<AddressEntry>,
+        entry: usize,
+        address: Vec<u8>,
+        listener: Socket,
+    ) -> Result<Self, PluginError> {
+        let job = host.job();
+        let epoll = Epoll::new(256).map_err(|e| io_error("cannot create an epoll instance", &e))?;
+        epoll
+            .add(&listener, crate::conn::LISTENER_TOKEN, false)
+            .map_err(|e| io_error("cannot watch the listening socket", &e))?;
+        let limits = FrameLimits {
+            max_header_len: MAX_HEADER as u16,
+            max_payload_len: settings.max_send_size as u64,
+        };
+        Ok(Self {
+            host,
+            me: job.rank,
+            size: job.size,
+            key: job.job_key,
+            next_sweep: Instant::now(),
+            settings,
+            entry,
+            entries,
+            address,
+            listener,
+            epoll,
+            ready: Vec::with_capacity(256),
+            conns: Slab::default(),
+            peers: HashMap::default(),
+            unreachable: HashMap::default(),
+            regs: Registrations::default(),
+            ops: Ops::default(),
+            notices: VecDeque::new(),
+            limits,
+            to_flush: Vec::new(),
+            big_pool: Vec::new(),
+            calls: 0,
+        })
+    }
+
+    /// This module's own published entry.
+    pub fn my_entry(&self) -> Option<&AddressEntry> {
+        self.entries.get(self.entry)
+    }
+
+    /// The link index of this module.
+    pub fn link(&self) -> u8 {
+        self.my_entry().map_or(0, |e| e.link)
+    }
+
+    /// Bytes queued to `peer` and not yet handed to the kernel.
+    pub fn queued_bytes(&self, peer: Rank) -> usize {
+        self.peers.get(&peer).map_or(0, |p| p.queue.bytes())
+    }
+
+    /// The (local, remote) socket addresses of the established connection
+    /// to `peer`, if any.
+    pub fn connection_addresses(&self, peer: Rank) -> Option<(SocketAddr, SocketAddr)> {
+        let PeerState::Established(id) = self.peers.get(&peer)?.state else {
+            return None;
+        };
+        let sock = &self.conns.get(id)?.sock;
+        Some((sock.local_addr().ok()?, sock.peer_addr().ok()?))
+    }
+
+    /// Open connections, in any phase (handshakes included).
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// `put`/`get` operations this module started that have not completed.
+    pub fn rdma_in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub(crate) fn log(&self, level: LogLevel, message: &str) {
+        self.host
+            .log(level, &format!("tcp[{}]: {message}", self.entry));
+    }
+
+    fn unknown_peer(&self, peer: Rank) -> PluginError {
+        PluginError::new(
+            ErrorKind::UNREACHABLE,
+            format!("rank {peer} was not added to this tcp module"),
+        )
+    }
+
+    // ---- sending ----------------------------------------------------
+
+    /// Starts connecting to `rank` (which must be Idle).
+    pub(crate) fn connect(&mut self, rank: Rank) -> Result<(), PluginError> {
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        let Some(target) = peer.target else {
+            let e = PluginError::new(
+                ErrorKind::UNREACHABLE,
+                format!("rank {rank} has no published tcp address to dial"),
+            );
+            self.fail_peer(rank, e.clone());
+            return Err(e);
+        };
+        let sock = match Socket::connect(target.addr, self.settings.buffers) {
+            Ok(s) => s,
+            Err(e) => {
+                let err = PluginError::new(
+                    ErrorKind::PEER_FAILED,
+                    format!("cannot connect to rank {rank} at {}: {e}", target.addr),
+                );
+                self.fail_peer(rank, err.clone());
+                return Err(err);
+            }
+        };
+        let deadline = Instant::now() + self.settings.handshake_timeout;
+        let mut conn = crate::conn::Conn::new(sock, Phase::Connecting, Some(rank), deadline);
+        conn.remote = Some(target.addr);
+        conn.want_write = true;
+        let id = self.conns.insert(conn);
+        let watched = self
+            .conns
+            .get(id)
+            .map(|c| self.epoll.add(&c.sock, id.token(), true));
+        if let Some(Err(e)) = watched {
+            self.conns.remove(id);
+            let err = io_error("cannot watch a socket", &e);
+            self.fail_peer(rank, err.clone());
+            return Err(err);
+        }
+        if let Some(p) = self.peers.get_mut(&rank) {
+            p.state = PeerState::Connecting(id);
+        }
+        self.log(
+            LogLevel::Debug,
+            &format!("connecting to rank {rank} at {}", target.addr),
+        );
+        Ok(())
+    }
+
+    /// Makes sure a connection to `rank` is up or being made. Fails for
+    /// unknown and failed peers, and when a new connection cannot be
+    /// started (which fails the peer); nothing of the caller's is queued
+    /// yet then, so no completion follows such an error.
+    fn ensure_connection(&mut self, rank: Rank) -> Result<(), PluginError> {
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        match &peer.state {
+            PeerState::Failed(e) => Err(e.clone()),
+            PeerState::Idle => self.connect(rank),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues `item` for `rank` (starting the connection if needed) and,
+    /// when `write_now`, tries to write at once. Once the connection
+    /// check passed the item is always queued, so an error here means
+    /// the item was not taken.
+    fn enqueue(&mut self, rank: Rank, item: OutItem, write_now: bool) -> Result<(), PluginError> {
+        self.ensure_connection(rank)?;
+        let Some(peer) = self.peers.get_mut(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        peer.queue.push(item);
+        if let PeerState::Established(id) = peer.state {
+            if write_now {
+                self.flush(rank);
+            } else {
+                self.watch_writes(id, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Turns epoll's write interest for `id` on or off.
+    pub(crate) fn watch_writes(&mut self, id: ConnId, want: bool) {
+        let Some(conn) = self.conns.get_mut(id) else {
+            return;
+        };
+        if conn.want_write != want && self.epoll.modify(&conn.sock, id.token(), want).is_ok() {
+            conn.want_write = want;
+        }
+    }
+
+    /// Writes as much of `rank`'s queue as its socket takes.
+    pub(crate) fn flush(&mut self, rank: Rank) {
+        let Some(peer) = self.peers.get_mut(&rank) else {
+            return;
+        };
+        let PeerState::Established(id) = peer.state else {
+            return;
+        };
+        let Some(conn) = self.conns.get_mut(id) else {
+            return;
+        };
+        let notices = &mut self.notices;
+        let mut failure = None;
+        while !peer.queue.is_empty() {
+            let mut g = Gather::<MAX_IOV>::with_limit(self.settings.write_chunk);
+            peer.queue.gather(&mut g);
+            let total = g.total();
+            match conn.sock.send_gather(&g) {
+                Ok(0) => break,
+                Ok(n) => {
+                    peer.queue.advance(n, |done| {
+                        if let Done::Send(cookie) = done {
+                            notices.push_back(Notice::SendDone(cookie, Ok(())));
+                        }
+                    });
+                    if n < total {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let want = !peer.queue.is_empty();
+        if conn.want_write != want && self.epoll.modify(&conn.sock, id.token(), want).is_ok() {
+            conn.want_write = want;
+        }
+        if let Some(e) = failure {
+            self.lost(rank, &e);
+        }
+    }
+
+    /// The peer's connection broke with `e`: fails it.
+    pub(crate) fn lost(&mut self, rank: Rank, e: &io::Error) -> PluginError {
+        let err = PluginError::new(
+            ErrorKind::PEER_FAILED,
+            format!("connection to rank {rank} lost: {e}"),
+        );
+        self.fail_peer(rank, err.clone());
+        err
+    }
+
+    /// Closes connection `id` (if it is taken out for processing, its
+    /// holder drops it when putting it back).
+    pub(crate) fn close_conn(&mut self, id: ConnId) {
+        // Closing the descriptor also removes it from epoll.
+        drop(self.conns.remove(id));
+    }
+
+    /// Marks `rank` failed: closes its connection, fails its queued sends
+    /// and RDMA operations, and reports `peer_failed` once.
+    pub(crate) fn fail_peer(&mut self, rank: Rank, error: PluginError) {
+        let Some(peer) = self.peers.get_mut(&rank) else {
+            return;
+        };
+        if matches!(peer.state, PeerState::Failed(_)) {
+            return;
+        }
+        let old = std::mem::replace(&mut peer.state, PeerState::Failed(error.clone()));
+        let cookies = peer.queue.clear();
+        if let PeerState::Connecting(id) | PeerState::Established(id) = old {
+            self.close_conn(id);
+        }
+        for cookie in cookies {
+            self.notices
+                .push_back(Notice::SendDone(cookie, Err(error.clone())));
+        }
+        for cookie in self.ops.drain_peer(rank) {
+            self.notices
+                .push_back(Notice::RdmaDone(cookie, Err(error.clone())));
+        }
+        self.notices
+            .push_back(Notice::PeerFailed(rank, error.clone()));
+        self.log(LogLevel::Warn, &format!("rank {rank} failed: {error}"));
+    }
+
+    /// Queues a reply frame (RDMA answers) to be flushed after the read.
+    pub(crate) fn reply(&mut self, rank: Rank, item: OutItem) {
+        if let Some(peer) = self.peers.get_mut(&rank) {
+            if !matches!(peer.state, PeerState::Failed(_)) {
+                peer.queue.push(item);
+                if self.to_flush.last() != Some(&rank) {
+                    self.to_flush.push(rank);
+                }
+            }
+        }
+    }
+
+    /// Reports the events found outside of `sink`'s reach.
+    fn drain_notices(&mut self, sink: &mut dyn EventSink) -> usize {
+        let n = self.notices.len();
+        while let Some(notice) = self.notices.pop_front() {
+            match notice {
+                Notice::SendDone(cookie, r) => sink.send_complete(cookie, r),
+                Notice::RdmaDone(cookie, r) => sink.rdma_complete(cookie, r),
+                Notice::PeerFailed(rank, e) => sink.peer_failed(rank, e),
+            }
+        }
+        n
+    }
+
+    /// Drops handshakes past their deadline.
+    fn sweep(&mut self, now: Instant) {
+        for id in self.conns.ids() {
+            let Some(conn) = self.conns.get(id) else {
+                continue;
+            };
+            if matches!(conn.phase, Phase::Established) || conn.deadline.is_none_or(|d| d > now) {
+                continue;
+            }
+            let who = conn.describe();
+            let ms = self.settings.handshake_timeout.as_millis();
+            if conn.phase.accepted() {
+                self.log(
+                    LogLevel::Warn,
+                    &format!("dropped connection from {who}: no handshake within {ms} ms"),
+                );
+                self.close_conn(id);
+            } else if let Some(rank) = conn.peer {
+                let ours = self
+                    .peers
+                    .get(&rank)
+                    .is_some_and(|p| matches!(p.state, PeerState::Connecting(c) if c == id));
+                if ours {
+                    self.fail_peer(
+                        rank,
+                        PluginError::new(
+                            ErrorKind::PEER_FAILED,
+                            format!("handshake with {who} did not finish within {ms} ms"),
+                        ),
+                    );
+                } else {
+                    self.close_conn(id);
+                }
+            }
+        }
+        let late: Vec<Rank> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| {
+                matches!(p.state, PeerState::AwaitingIncoming(since)
+                    if now.duration_since(since) > self.settings.handshake_timeout)
+            })
+            .map(|(&r, _)| r)
+            .collect();
+        for rank in late {
+            self.fail_peer(
+                rank,
+                PluginError::new(
+                    ErrorKind::PEER_FAILED,
+                    format!("rank {rank} refused our connection and never opened its own"),
+                ),
+            );
+        }
+    }
+
+    /// Checks a `put`/`get`, starts the connection if needed, and
+    /// returns the target key. After it passes, queueing the operation's
+    /// frames cannot fail, so the operation's one completion is always
+    /// reported through the sink.
+    fn rdma_checks(&mut self, op: &RdmaOp<'_>) -> Result<RemoteKey, PluginError> {
+        let key = RemoteKey::parse(op.remote_key.as_slice())
+            .map_err(|e| PluginError::invalid(e.to_string()))?;
+        op.remote_addr
+            .checked_add(op.local.len() as u64)
+            .ok_or_else(|| PluginError::invalid("remote range overflows"))?;
+        self.ensure_connection(op.peer)?;
+        Ok(key)
+    }
+
+    /// Largest payload of one frame.
+    fn chunk_len(&self) -> usize {
+        self.settings.max_send_size.max(1)
+    }
+
+    /// Copies out queued get answers that point into registration `id`,
+    /// and refuses in-progress puts into it.
+    fn release_registration(&mut self, id: u64) -> Result<(), PluginError> {
+        for peer in self.peers.values_mut() {
+            peer.queue
+                .detach_registration(id)
+                .map_err(|e| io_error("cannot copy queued bytes", &e))?;
+        }
+        for cid in self.conns.ids() {
+            let Some(conn) = self.conns.get_mut(cid) else {
+                continue;
+            };
+            let Some(large) = conn.rx.as_mut().and_then(|rx| rx.large.as_mut()) else {
+                continue;
+            };
+            if let Dest::Memory {
+                registration: Some(r),
+                ..
+            } = large.dest
+            {
+                if r == id {
+                    large.dest = Dest::Discard;
+                    if let Finish::PutAck { op_id, .. } = large.finish {
+                        large.finish = Finish::PutAck {
+                            op_id,
+                            status: fireopal_core::wire::frame::RdmaStatus::Deregistered,
+                        };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An I/O error as a plugin error.
+pub(crate) fn io_error(what: &str, e: &io::Error) -> PluginError {
+    PluginError::new(ErrorKind::IO, format!("{what}: {e}"))
+}
+
+/// Gathers what is left of `parts` after the first `skip` bytes.
+fn gather_from<'a, const N: usize>(g: &mut Gather<'a, N>, parts: &[&'a [u8]], mut skip: usize) {
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        if !g.push(&p[skip..]) {
+            return;
+        }
+        skip = 0;
+    }
+}
+
+/// What is left of `parts` after the first `skip` bytes, as one vector.
+fn remainder(parts: &[&[u8]], mut skip: usize) -> Vec<u8> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut out = Vec::with_capacity(total.saturating_sub(skip));
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        out.extend_from_slice(&p[skip..]);
+        skip = 0;
+    }
+    out
+}
+
+impl Transport for TcpModule {
+    fn attributes(&self) -> Result<BtlAttributes, PluginError> {
+        let s = &self.settings;
+        Ok(BtlAttributes {
+            max_sendi_size: s.eager_limit as u64,
+            eager_limit: s.eager_limit as u64,
+            max_send_size: s.max_send_size as u64,
+            max_header_size: MAX_HEADER as u32,
+            rdma_pipeline_send_length: s.eager_limit as u64,
+            rdma_pipeline_frag_size: s.max_send_size as u64,
+            min_rdma_pipeline_size: 0,
+            exclusivity: exclusivity::DEFAULT,
+            latency_ns: s.latency_ns,
+            bandwidth_mbps: s.bandwidth_mbps,
+            flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET | BtlFlags::STRIPE,
+            registration_handle_size: RemoteKey::LEN as u32,
+        })
+    }
+
+    fn address(&self) -> Result<Vec<u8>, PluginError> {
+        Ok(self.address.clone())
+    }
+
+    fn add_peers(&mut self, peers: &[PeerAddress<'_>]) -> Result<Vec<Reachability>, PluginError> {
+        let mut answers = Vec::with_capacity(peers.len());
+        for p in peers {
+            let answer = self.add_peer(p);
+            if let Reachability::Unreachable(reason) = &answer {
+                self.log(
+                    LogLevel::Debug,
+                    &format!("rank {} is unreachable: {reason}", p.rank),
+                );
+            }
+            answers.push(answer);
+        }
+        Ok(answers)
+    }
+
+    fn remove_peer(&mut self, rank: Rank) -> Result<(), PluginError> {
+        self.unreachable.remove(&rank);
+        let Some(mut peer) = self.peers.remove(&rank) else {
+            return Ok(());
+        };
+        let error = PluginError::new(
+            ErrorKind::UNREACHABLE,
+            format!("rank {rank} was removed from this tcp module"),
+        );
+        if let PeerState::Connecting(id) | PeerState::Established(id) = peer.state {
+            self.close_conn(id);
+        }
+        for cookie in peer.queue.clear() {
+            self.notices
+                .push_back(Notice::SendDone(cookie, Err(error.clone())));
+        }
+        for cookie in self.ops.drain_peer(rank) {
+            self.notices
+                .push_back(Notice::RdmaDone(cookie, Err(error.clone())));
+        }
+        Ok(())
+    }
+
+    fn sendi(
+        &mut self,
+        rank: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendiOutcome, PluginError> {
+        if header.len() > MAX_HEADER {
+            return Err(PluginError::invalid(format!(
+                "header of {} bytes exceeds {MAX_HEADER}",
+                header.len()
+            )));
+        }
+        if header.len() + payload.len() > self.settings.eager_limit {
+            return Ok(SendiOutcome::Busy);
+        }
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        let id = match &peer.state {
+            PeerState::Established(id) if peer.queue.is_empty() => *id,
+            PeerState::Failed(e) => return Err(e.clone()),
+            PeerState::Idle => {
+                self.connect(rank)?;
+                return Ok(SendiOutcome::Busy);
+            }
+            _ => return Ok(SendiOutcome::Busy),
+        };
+        let Some(conn) = self.conns.get(id) else {
+            return Ok(SendiOutcome::Busy);
+        };
+        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64).encode();
+        let mut g = Gather::<3>::new();
+        g.push(&frame);
+        g.push(header);
+        g.push(payload);
+        let total = g.total();
+        match conn.sock.send_gather(&g) {
+            Ok(0) => Ok(SendiOutcome::Busy),
+            Ok(n) if n == total => Ok(SendiOutcome::Sent),
+            Ok(n) => {
+                // The socket took part of it: keep the rest (see the
+                // module docs); the peer now has queued bytes.
+                let rest = remainder(&[&frame, header, payload], n);
+                self.enqueue(rank, OutItem::owned(rest, Done::Nothing), false)?;
+                Ok(SendiOutcome::Sent)
+            }
+            Err(e) => Err(self.lost(rank, &e)),
+        }
+    }
+
+    fn send(
+        &mut self,
+        rank: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        cookie: u64,
+    ) -> Result<Completion, PluginError> {
+        if header.len() > MAX_HEADER {
+            return Err(PluginError::invalid(format!(
+                "header of {} bytes exceeds {MAX_HEADER}",
+                header.len()
+            )));
+        }
+        let size = header.len() + payload.len();
+        if size > self.settings.max_send_size {
+            return Err(PluginError::invalid(format!(
+                "message of {size} bytes exceeds btl_tcp_max_send_size ({})",
+                self.settings.max_send_size
+            )));
+        }
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        match &peer.state {
+            PeerState::Failed(e) => return Err(e.clone()),
+            // Older bytes may fit now: writing them first lets this message
+            // go straight from the caller's buffer instead of being copied.
+            PeerState::Established(_) if !peer.queue.is_empty() => self.flush(rank),
+            _ => {}
+        }
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        if let PeerState::Failed(e) = &peer.state {
+            return Err(e.clone());
+        }
+        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64).encode();
+        let parts: [&[u8]; 3] = [&frame, header, payload];
+        let total = FRAME_HEADER_LEN + size;
+        let mut written = 0;
+        if let PeerState::Established(id) = peer.state {
+            if peer.queue.is_empty() {
+                if let Some(conn) = self.conns.get(id) {
+                    // In pieces of at most `write_chunk`, so the receiver
+                    // copies the first while we copy the next.
+                    loop {
+                        let mut g = Gather::<3>::with_limit(self.settings.write_chunk);
+                        gather_from(&mut g, &parts, written);
+                        let want = g.total();
+                        match conn.sock.send_gather(&g) {
+                            Ok(n) => {
+                                written += n;
+                                if written == total {
+                                    return Ok(Completion::Done);
+                                }
+                                if n < want {
+                                    break;
+                                }
+                            }
+                            Err(e) => return Err(self.lost(rank, &e)),
+                        }
+                    }
+                }
+            }
+        }
+        let rest = remainder(&parts, written);
+        self.enqueue(rank, OutItem::owned(rest, Done::Send(cookie)), false)?;
+        Ok(Completion::Pending)
+    }
+
+    fn register_mem(
+        &mut self,
+        region: MemRegion,
+        access: Access,
+    ) -> Result<Registration, PluginError> {
+        self.regs.register(region, access)
+    }
+
+    fn deregister_mem(&mut self, id: u64) -> Result<(), PluginError> {
+        self.regs.deregister(id)?;
+        self.release_registration(id)
+    }
+
+    fn put(&mut self, op: &RdmaOp<'_>) -> Result<Completion, PluginError> {
+        let key = self.rdma_checks(op)?;
+        let len = op.local.len();
+        let chunk = self.chunk_len();
+        let chunks = len.div_ceil(chunk).max(1);
+        let op_id = self.ops.start(
+            op.peer,
+            op.cookie,
+            OpKind::Put {
+                acks_left: chunks as u64,
+            },
+        );
+        for i in 0..chunks {
+            let offset = i * chunk;
+            let clen = chunk.min(len - offset);
+            let mut head = Vec::with_capacity(FRAME_HEADER_LEN + PutHeader::LEN);
+            head.extend_from_slice(&FrameHeader::rdma(FrameKind::Put, clen as u64).encode());
+            head.extend_from_slice(
+                &PutHeader {
+                    op_id,
+                    remote_addr: op.remote_addr + offset as u64,
+                    key,
+                }
+                .encode(),
+            );
+            let part = RegionPart {
+                region: op.local,
+                offset,
+                len: clen,
+                registration: None,
+            };
+            let item = OutItem::with_region(head, part, Done::Nothing);
+            if self.enqueue(op.peer, item, i + 1 == chunks).is_err() {
+                // Only a failure of the peer while writing an earlier
+                // chunk gets here; it already completed this operation
+                // with its error.
+                break;
+            }
+        }
+        Ok(Completion::Pending)
+    }
+
+    fn get(&mut self, op: &RdmaOp<'_>) -> Result<Completion, PluginError> {
+        let key = self.rdma_checks(op)?;
+        let op_id = self.ops.start(
+            op.peer,
+            op.cookie,
+            OpKind::Get {
+                local: op.local,
+                received: 0,
+            },
+        );
+        let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + GetRequest::LEN);
+        frame.extend_from_slice(&FrameHeader::rdma(FrameKind::GetRequest, 0).encode());
+        frame.extend_from_slice(
+            &GetRequest {
+                op_id,
+                remote_addr: op.remote_addr,
+                key,
+                length: op.local.len() as u64,
+            }
+            .encode(),
+        );
+        // Cannot fail after `rdma_checks`; a failure while writing
+        // completes the operation with the error.
+        let _ = self.enqueue(op.peer, OutItem::owned(frame, Done::Nothing), true);
+        Ok(Completion::Pending)
+    }
+
+    fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
+        let mut events = self.drain_notices(sink);
+        // Deadlines are coarse: look at the clock now and then only.
+        self.calls = self.calls.wrapping_add(1);
+        if self.calls % SWEEP_EVERY == 0 {
+            let now = Instant::now();
+            if now >= self.next_sweep {
+                self.sweep(now);
+                self.next_sweep = now + sweep_interval(self.settings.handshake_timeout);
+            }
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        if let Err(e) = self.epoll.wait(&mut ready, 0) {
+            self.ready = ready;
+            return Err(io_error("epoll_wait failed", &e));
+        }
+        for r in &ready {
+            if r.token == crate::conn::LISTENER_TOKEN {
+                self.accept_all();
+                continue;
+            }
+            let id = ConnId::from_token(r.token);
+            if r.writable {
+                self.on_writable(id);
+            }
+            if r.readable {
+                events += self.on_readable(id, sink);
+            }
+        }
+        self.ready = ready;
+        events += self.drain_notices(sink);
+        Ok(events)
+    }
+}
+
+impl TcpModule {
+    /// One entry of `add_peers`.
+    fn add_peer(&mut self, p: &PeerAddress<'_>) -> Reachability {
+        if p.rank == self.me {
+            return Reachability::Unreachable("tcp does not carry messages to oneself".into());
+        }
+        if p.rank >= self.size {
+            return Reachability::Unreachable(
+                format!("rank {} is outside the job of {}", p.rank, self.size).into(),
+            );
+        }
+        if let Some(reason) = self.unreachable.get(&p.rank) {
+            return Reachability::Unreachable(reason.as_str().into());
+        }
+        if let Some(peer) = self.peers.get(&p.rank) {
+            if peer.target.is_some() {
+                return Reachability::Reachable;
+            }
+        }
+        match self.choose_target(p) {
+            Ok(target) => {
+                self.peers
+                    .entry(p.rank)
+                    .or_insert_with(|| Peer::new(None))
+                    .target
+                    .get_or_insert(target);
+                Reachability::Reachable
+            }
+            Err(reason) => {
+                if self.peers.contains_key(&p.rank) {
+                    // Connected to us already: usable, just not dialable.
+                    return Reachability::Reachable;
+                }
+                self.unreachable.insert(p.rank, reason.clone());
+                Reachability::Unreachable(reason.into())
+            }
+        }
+    }
+
+    /// The peer's socket our entry pairs with.
+    fn choose_target(&self, p: &PeerAddress<'_>) -> Result<Target, String> {
+        let theirs = match parse_addresses(p.address.as_slice()) {
+            Ok(list) => list,
+            Err(e) => {
+                self.log(
+                    LogLevel::Warn,
+                    &format!("rank {} published a bad tcp address: {e}", p.rank),
+                );
+                return Err(format!("bad published address: {e}"));
+            }
+        };
+        let j = partner(
+            &self.entries,
+            self.entry,
+            &theirs,
+            self.me < p.rank,
+            p.node_local,
+        )
+        .ok_or_else(|| {
+            let mine = self
+                .my_entry()
+                .map_or_else(String::new, |e| format!("{} {}", e.name, e.ip));
+            format!(
+                "no interface of rank {} pairs with {mine} link {}",
+                p.rank,
+                self.link()
+            )
+        })?;
+        let e = theirs
+            .get(j)
+            .ok_or_else(|| "pairing out of range".to_owned())?;
+        Ok(Target {
+            addr: SocketAddr::new(e.ip, e.port),
+            entry: j as u8,
+        })
+    }
+
+    fn on_writable(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get(id) else {
+            return;
+        };
+        match conn.phase {
+            Phase::Connecting => self.connect_done(id),
+            Phase::Established => {
+                if let Some(rank) = conn.peer {
+                    self.flush(rank);
+                }
+            }
+            // Handshake messages are written whole; nothing to wait for.
+            _ => self.watch_writes(id, false),
+        }
+    }
+
+    fn on_readable(&mut self, id: ConnId, sink: &mut dyn EventSink) -> usize {
+        let Some(conn) = self.conns.get(id) else {
+            return 0;
+        };
+        match conn.phase {
+            Phase::Established => self.read_frames(id, sink),
+            Phase::Connecting => {
+                self.connect_done(id);
+                0
+            }
+            _ => {
+                if self.read_handshake(id) {
+                    self.read_frames(id, sink)
+                } else {
+                    0
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remainder;
+
+    #[test]
+    fn remainder_skips_across_parts() {
+        let parts: [&[u8]; 3] = [b"abc", b"", b"defg"];
+        assert_eq!(remainder(&parts, 0), b"abcdefg");
+        assert_eq!(remainder(&parts, 2), b"cdefg");
+        assert_eq!(remainder(&parts, 3), b"defg");
+        assert_eq!(remainder(&parts, 5), b"fg");
+        assert_eq!(remainder(&parts, 7), b"");
+    }
+}

@@ -1,0 +1,810 @@
+//! Operating-system calls, through libc directly: non-blocking TCP sockets,
+//! epoll, interface enumeration, random bytes, and the copies to and from
+//! memory the host handed in as [`MemRegion`]s.
+//!
+//! This is the only module of the crate with `unsafe` code. Everything it
+//! exports is safe to call: sockets own their descriptors, buffers are
+//! borrowed slices, and memory regions are bounds-checked here; what stays
+//! the caller's duty is the lifetime rule of [`MemRegion::new`] (use a
+//! region only while its operation or registration is live).
+
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::io;
+use std::marker::PhantomData;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use fireopal_abi::btl::MemRegion;
+
+/// Result of a libc call that returns -1 and sets errno on failure.
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Same for calls returning `ssize_t`.
+fn check_size(r: libc::ssize_t) -> io::Result<usize> {
+    usize::try_from(r).map_err(|_| io::Error::last_os_error())
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::EINPROGRESS)
+    ) || e.kind() == io::ErrorKind::WouldBlock
+}
+
+/// A socket address in the C layout.
+struct RawAddr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl RawAddr {
+    fn empty() -> Self {
+        Self {
+            // SAFETY: sockaddr_storage is plain old data; all zeroes is a
+            // valid (AF_UNSPEC) value.
+            storage: unsafe { std::mem::zeroed() },
+            len: size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+        }
+    }
+
+    fn from_std(addr: &SocketAddr) -> Self {
+        let mut raw = Self::empty();
+        match addr {
+            SocketAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for
+                // every sockaddr type.
+                unsafe {
+                    std::ptr::write(
+                        std::ptr::addr_of_mut!(raw.storage).cast::<libc::sockaddr_in>(),
+                        sin,
+                    );
+                }
+                raw.len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            }
+            SocketAddr::V6(a) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
+                    sin6_scope_id: a.scope_id(),
+                };
+                // SAFETY: as above.
+                unsafe {
+                    std::ptr::write(
+                        std::ptr::addr_of_mut!(raw.storage).cast::<libc::sockaddr_in6>(),
+                        sin6,
+                    );
+                }
+                raw.len = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            }
+        }
+        raw
+    }
+
+    fn ptr(&self) -> *const libc::sockaddr {
+        std::ptr::addr_of!(self.storage).cast()
+    }
+
+    fn ptr_mut(&mut self) -> *mut libc::sockaddr {
+        std::ptr::addr_of_mut!(self.storage).cast()
+    }
+
+    fn to_std(&self) -> Option<SocketAddr> {
+        // SAFETY: `self.storage` is an initialised sockaddr_storage, so
+        // reading `sockaddr` fields through `read_sockaddr` is sound.
+        unsafe { read_sockaddr(self.ptr()) }.map(|(ip, port)| match ip {
+            IpAddr::V4(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
+            IpAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(v6, port, 0, 0)),
+        })
+    }
+}
+
+/// The address and port of an IPv4 or IPv6 sockaddr.
+///
+/// # Safety
+///
+/// `sa` must be null or point to a sockaddr whose storage is at least as
+/// large as the type its family names.
+unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<(IpAddr, u16)> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and valid per the contract.
+    let family = i32::from(unsafe { (*sa).sa_family });
+    match family {
+        libc::AF_INET => {
+            // SAFETY: AF_INET means the storage holds a sockaddr_in;
+            // read_unaligned copes with the byte-aligned ifaddrs storage.
+            let sin = unsafe { std::ptr::read_unaligned(sa.cast::<libc::sockaddr_in>()) };
+            Some((
+                IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())),
+                u16::from_be(sin.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: AF_INET6 means the storage holds a sockaddr_in6.
+            let sin6 = unsafe { std::ptr::read_unaligned(sa.cast::<libc::sockaddr_in6>()) };
+            Some((
+                IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                u16::from_be(sin6.sin6_port),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Socket buffer sizes to ask for; 0 leaves the kernel's autotuning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BufferSizes {
+    pub(crate) send: usize,
+    pub(crate) recv: usize,
+}
+
+/// What a receive found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recv {
+    /// This many bytes arrived.
+    Data(usize),
+    /// The peer closed its side.
+    Closed,
+    /// Nothing to read now.
+    WouldBlock,
+}
+
+/// A non-blocking, close-on-exec TCP socket.
+#[derive(Debug)]
+pub(crate) struct Socket {
+    fd: OwnedFd,
+}
+
+impl Socket {
+    fn new(addr: &SocketAddr) -> io::Result<Self> {
+        let domain = match addr {
+            SocketAddr::V4(_) => libc::AF_INET,
+            SocketAddr::V6(_) => libc::AF_INET6,
+        };
+        // SAFETY: plain system call; the result is checked.
+        let fd = check(unsafe {
+            libc::socket(
+                domain,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by socket() and is owned by no one
+        // else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
+    }
+
+    fn set_int(&self, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+        // SAFETY: the option value points to a live c_int of the size given.
+        check(unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                std::ptr::addr_of!(value).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        })
+        .map(drop)
+    }
+
+    fn set_buffers(&self, sizes: BufferSizes) -> io::Result<()> {
+        // Set before connect/listen so the window scale is negotiated for
+        // the larger buffers.
+        if sizes.send > 0 {
+            let v = libc::c_int::try_from(sizes.send).unwrap_or(libc::c_int::MAX);
+            self.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, v)?;
+        }
+        if sizes.recv > 0 {
+            let v = libc::c_int::try_from(sizes.recv).unwrap_or(libc::c_int::MAX);
+            self.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, v)?;
+        }
+        Ok(())
+    }
+
+    /// A socket listening on `addr` (port 0: the kernel picks one).
+    pub(crate) fn listen(addr: SocketAddr, sizes: BufferSizes) -> io::Result<Self> {
+        let s = Self::new(&addr)?;
+        // Accepted sockets inherit the buffer sizes.
+        s.set_buffers(sizes)?;
+        if addr.is_ipv6() {
+            s.set_int(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        }
+        let raw = RawAddr::from_std(&addr);
+        // SAFETY: `raw` holds a sockaddr of length `raw.len`.
+        check(unsafe { libc::bind(s.fd.as_raw_fd(), raw.ptr(), raw.len) })?;
+        // SAFETY: plain system call on an owned descriptor.
+        check(unsafe { libc::listen(s.fd.as_raw_fd(), 128) })?;
+        Ok(s)
+    }
+
+    /// Starts connecting to `addr`; completion shows as writability.
+    pub(crate) fn connect(addr: SocketAddr, sizes: BufferSizes) -> io::Result<Self> {
+        let s = Self::new(&addr)?;
+        s.set_buffers(sizes)?;
+        s.set_nodelay()?;
+        let raw = RawAddr::from_std(&addr);
+        // SAFETY: `raw` holds a sockaddr of length `raw.len`.
+        let r = check(unsafe { libc::connect(s.fd.as_raw_fd(), raw.ptr(), raw.len) });
+        match r {
+            Ok(_) => Ok(s),
+            Err(e) if would_block(&e) => Ok(s),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The next pending connection, if any.
+    pub(crate) fn accept(&self) -> io::Result<Option<(Self, Option<SocketAddr>)>> {
+        let mut raw = RawAddr::empty();
+        // SAFETY: `raw` has room for any sockaddr and `len` says so.
+        let r = check(unsafe {
+            libc::accept4(
+                self.fd.as_raw_fd(),
+                raw.ptr_mut(),
+                &mut raw.len,
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            )
+        });
+        match r {
+            Ok(fd) => {
+                // SAFETY: accept4 returned a new descriptor nobody else owns.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                Ok(Some((Self { fd }, raw.to_std())))
+            }
+            Err(e) if would_block(&e) => Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Disables Nagle's algorithm: small messages leave at once.
+    pub(crate) fn set_nodelay(&self) -> io::Result<()> {
+        self.set_int(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
+    }
+
+    fn name(&self, peer: bool) -> io::Result<SocketAddr> {
+        let mut raw = RawAddr::empty();
+        // SAFETY: `raw` has room for any sockaddr and `len` says so.
+        check(unsafe {
+            if peer {
+                libc::getpeername(self.fd.as_raw_fd(), raw.ptr_mut(), &mut raw.len)
+            } else {
+                libc::getsockname(self.fd.as_raw_fd(), raw.ptr_mut(), &mut raw.len)
+            }
+        })?;
+        raw.to_std()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket"))
+    }
+
+    /// The local address.
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.name(false)
+    }
+
+    /// The remote address.
+    pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.name(true)
+    }
+
+    /// The pending error of a non-blocking connect, if any.
+    pub(crate) fn take_error(&self) -> io::Result<Option<io::Error>> {
+        let mut value: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` is a live c_int and `len` its size.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                std::ptr::addr_of_mut!(value).cast(),
+                &mut len,
+            )
+        })?;
+        Ok((value != 0).then(|| io::Error::from_raw_os_error(value)))
+    }
+
+    /// Writes as much of `g` as the socket takes now, in one `sendmsg`
+    /// (never raising SIGPIPE). `Ok(0)` means the socket is full.
+    pub(crate) fn send_gather<const N: usize>(&self, g: &Gather<'_, N>) -> io::Result<usize> {
+        if g.count == 0 {
+            return Ok(0);
+        }
+        // SAFETY: msghdr is plain old data; all zeroes is a valid empty
+        // header (glibc and musl both have private padding fields).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = g.iov.as_ptr().cast_mut();
+        msg.msg_iovlen = g.count as _;
+        loop {
+            // SAFETY: each iovec points to memory valid for reads for the
+            // lifetime `'a` of the gather (see `Gather::push*`).
+            let r = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+            match check_size(r) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if would_block(&e) => return Ok(0),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes as much of `bytes` as the socket takes now.
+    pub(crate) fn send(&self, bytes: &[u8]) -> io::Result<usize> {
+        let mut g = Gather::<1>::new();
+        g.push(bytes);
+        self.send_gather(&g)
+    }
+
+    fn recv_raw(&self, ptr: *mut u8, len: usize) -> io::Result<Recv> {
+        if len == 0 {
+            return Ok(Recv::Data(0));
+        }
+        loop {
+            // SAFETY: the callers guarantee `ptr..ptr+len` is valid for
+            // writes and not aliased by a live reference.
+            let r = unsafe { libc::recv(self.fd.as_raw_fd(), ptr.cast(), len, 0) };
+            return match check_size(r) {
+                Ok(0) => Ok(Recv::Closed),
+                Ok(n) => Ok(Recv::Data(n)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if would_block(&e) => Ok(Recv::WouldBlock),
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    /// Reads what has arrived into `buf`.
+    pub(crate) fn recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
+        self.recv_raw(buf.as_mut_ptr(), buf.len())
+    }
+
+    /// Reads what has arrived, at most `len` bytes, straight into
+    /// `region` at `offset`. The range is bounds-checked; the region must
+    /// be live (see the module docs).
+    pub(crate) fn recv_into_region(
+        &self,
+        region: &MemRegion,
+        offset: usize,
+        len: usize,
+    ) -> io::Result<Recv> {
+        check_range(region, offset, len)?;
+        // In range per the check; writable per `MemRegion::new`'s
+        // contract for as long as the region is live.
+        self.recv_raw(region.as_ptr().wrapping_add(offset), len)
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn check_range(region: &MemRegion, offset: usize, len: usize) -> io::Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region.len() => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "range outside the memory region",
+        )),
+    }
+}
+
+/// Most buffers one `sendmsg` takes from the module (Linux allows 1024).
+pub(crate) const MAX_IOV: usize = 64;
+
+/// Up to `N` buffers, and at most `limit` bytes, gathered for one
+/// `sendmsg`, borrowed for `'a`.
+pub(crate) struct Gather<'a, const N: usize = MAX_IOV> {
+    iov: [libc::iovec; N],
+    count: usize,
+    total: usize,
+    limit: usize,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl<const N: usize> std::fmt::Debug for Gather<'_, N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gather")
+            .field("count", &self.count)
+            .field("total", &self.total)
+            .finish()
+    }
+}
+
+impl<'a, const N: usize> Gather<'a, N> {
+    /// No buffers, no byte limit.
+    pub(crate) fn new() -> Self {
+        Self::with_limit(usize::MAX)
+    }
+
+    /// No buffers; at most `limit` bytes will be gathered (0: no limit).
+    pub(crate) fn with_limit(limit: usize) -> Self {
+        Self {
+            iov: [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; N],
+            count: 0,
+            total: 0,
+            limit: if limit == 0 { usize::MAX } else { limit },
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Whether nothing more fits.
+    pub(crate) fn is_full(&self) -> bool {
+        self.count == N || self.total >= self.limit
+    }
+
+    /// Bytes gathered.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Appends `len` bytes at `ptr`, or as many as the byte limit allows;
+    /// true only if all of them were appended.
+    fn push_raw(&mut self, ptr: *const u8, len: usize) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let room = self.limit.saturating_sub(self.total);
+        if room == 0 {
+            return false;
+        }
+        let Some(slot) = self.iov.get_mut(self.count) else {
+            return false;
+        };
+        let take = len.min(room);
+        *slot = libc::iovec {
+            iov_base: ptr.cast_mut().cast(),
+            iov_len: take,
+        };
+        self.count += 1;
+        self.total += take;
+        take == len
+    }
+
+    /// Appends `bytes` (or the part the byte limit allows); false when
+    /// not all of it fit.
+    pub(crate) fn push(&mut self, bytes: &'a [u8]) -> bool {
+        self.push_raw(bytes.as_ptr(), bytes.len())
+    }
+
+    /// Appends `len` bytes of `region` from `offset` (bounds-checked; or
+    /// the part the byte limit allows); the region must stay live until
+    /// the send returns. False when not all of it fit, or out of range.
+    pub(crate) fn push_region(&mut self, region: &MemRegion, offset: usize, len: usize) -> bool {
+        if check_range(region, offset, len).is_err() {
+            return false;
+        }
+        self.push_raw(region.as_ptr().wrapping_add(offset), len)
+    }
+}
+
+/// Copies `src` into `region` at `offset` (bounds-checked).
+pub(crate) fn copy_to_region(region: &MemRegion, offset: usize, src: &[u8]) -> io::Result<()> {
+    check_range(region, offset, src.len())?;
+    // SAFETY: the destination range is inside the region (checked) and
+    // writable per `MemRegion::new`'s contract while the region is live;
+    // `src` is a Rust slice, so it cannot be that region's memory mutably
+    // borrowed elsewhere; `copy` tolerates overlap anyway.
+    unsafe {
+        std::ptr::copy(
+            src.as_ptr(),
+            region.as_ptr().wrapping_add(offset),
+            src.len(),
+        );
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes of `region` from `offset` into a new vector
+/// (bounds-checked).
+pub(crate) fn copy_from_region(
+    region: &MemRegion,
+    offset: usize,
+    len: usize,
+) -> io::Result<Vec<u8>> {
+    check_range(region, offset, len)?;
+    let mut out = Vec::with_capacity(len);
+    // SAFETY: the source range is inside the region (checked) and readable
+    // per `MemRegion::new`'s contract while the region is live; the
+    // destination has capacity `len` and does not overlap it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(region.as_ptr().wrapping_add(offset), out.as_mut_ptr(), len);
+        out.set_len(len);
+    }
+    Ok(out)
+}
+
+/// One readiness report from [`Epoll::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Readiness {
+    /// The token given at registration.
+    pub(crate) token: u64,
+    /// Data (or end of stream, or an error) can be read.
+    pub(crate) readable: bool,
+    /// Bytes can be written (or a connect finished).
+    pub(crate) writable: bool,
+}
+
+/// An epoll instance (level-triggered).
+#[derive(Debug)]
+pub(crate) struct Epoll {
+    fd: OwnedFd,
+    buf: Vec<libc::epoll_event>,
+}
+
+impl Epoll {
+    /// An instance that reports at most `capacity` descriptors per wait.
+    pub(crate) fn new(capacity: usize) -> io::Result<Self> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        Ok(Self {
+            // SAFETY: a new descriptor nobody else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            buf: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.max(1)],
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
+        let mut events = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+        if write {
+            events |= libc::EPOLLOUT as u32;
+        }
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a live epoll_event; both descriptors are open.
+        check(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
+    }
+
+    /// Watches `fd` for reading, and for writing when `write`.
+    pub(crate) fn add(&self, fd: &impl AsRawFd, token: u64, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd.as_raw_fd(), token, write)
+    }
+
+    /// Changes what `fd` is watched for.
+    pub(crate) fn modify(&self, fd: &impl AsRawFd, token: u64, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd.as_raw_fd(), token, write)
+    }
+
+    /// Reports ready descriptors into `out` (cleared first), waiting at
+    /// most `timeout_ms` (0: not at all).
+    pub(crate) fn wait(&mut self, out: &mut Vec<Readiness>, timeout_ms: i32) -> io::Result<()> {
+        out.clear();
+        let cap = libc::c_int::try_from(self.buf.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `buf` has room for `cap` events.
+        let r = unsafe {
+            libc::epoll_wait(self.fd.as_raw_fd(), self.buf.as_mut_ptr(), cap, timeout_ms)
+        };
+        let n = match check(r) {
+            Ok(n) => usize::try_from(n).unwrap_or(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) => return Err(e),
+        };
+        let error_bits =
+            (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+        for ev in self.buf.iter().take(n) {
+            // Copies out of the (packed on x86-64) struct.
+            let events = ev.events;
+            let token = ev.u64;
+            out.push(Readiness {
+                token,
+                readable: events & error_bits != 0,
+                writable: events & (libc::EPOLLOUT as u32 | libc::EPOLLERR as u32) != 0,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One address of one network interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InterfaceAddress {
+    pub(crate) name: String,
+    pub(crate) ip: IpAddr,
+    pub(crate) prefix_len: u8,
+    pub(crate) up: bool,
+    pub(crate) loopback: bool,
+}
+
+/// Every IPv4 and IPv6 address of every interface, in the kernel's order.
+pub(crate) fn interface_addresses() -> io::Result<Vec<InterfaceAddress>> {
+    let mut head = MaybeUninit::<*mut libc::ifaddrs>::uninit();
+    // SAFETY: getifaddrs writes the list head on success.
+    check(unsafe { libc::getifaddrs(head.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful call above.
+    let head = unsafe { head.assume_init() };
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, which
+        // stays allocated until freeifaddrs below.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        // SAFETY: ifa_addr is null or a sockaddr sized for its family.
+        let Some((ip, _)) = (unsafe { read_sockaddr(ifa.ifa_addr) }) else {
+            continue;
+        };
+        // SAFETY: as above, for the netmask.
+        let prefix_len = match unsafe { read_sockaddr(ifa.ifa_netmask) } {
+            Some((IpAddr::V4(m), _)) => u32::from(m).count_ones() as u8,
+            Some((IpAddr::V6(m), _)) => u128::from(m).count_ones() as u8,
+            None => match ip {
+                IpAddr::V4(_) => 32,
+                IpAddr::V6(_) => 128,
+            },
+        };
+        if ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_name is a NUL-terminated string owned by
+        // the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        let flags = ifa.ifa_flags;
+        out.push(InterfaceAddress {
+            name,
+            ip,
+            prefix_len,
+            up: flags & libc::IFF_UP as libc::c_uint != 0,
+            loopback: flags & libc::IFF_LOOPBACK as libc::c_uint != 0,
+        });
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once; no reference
+    // into the list outlives this point (names were copied).
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// Fills `buf` from the kernel's random source.
+pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: `rest` is valid for writes of its length.
+        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        match check_size(r) {
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_pair_moves_bytes_and_reports_close() {
+        let sizes = BufferSizes { send: 0, recv: 0 };
+        let l = Socket::listen("127.0.0.1:0".parse().unwrap(), sizes).unwrap();
+        let addr = l.local_addr().unwrap();
+        assert_ne!(addr.port(), 0);
+        let c = Socket::connect(addr, sizes).unwrap();
+        let mut server = None;
+        for _ in 0..1000 {
+            if let Some((s, from)) = l.accept().unwrap() {
+                assert_eq!(from, Some(c.local_addr().unwrap()));
+                server = Some(s);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let server = server.expect("accepted");
+        assert!(c.take_error().unwrap().is_none());
+        assert_eq!(c.peer_addr().unwrap(), addr);
+        let mut g = Gather::<4>::new();
+        assert!(g.push(b"hello "));
+        assert!(g.push(b""));
+        assert!(g.push(b"world"));
+        assert_eq!(g.total(), 11);
+        assert_eq!(c.send_gather(&g).unwrap(), 11);
+        let mut buf = [0u8; 32];
+        let mut got = Vec::new();
+        while got.len() < 11 {
+            if let Recv::Data(n) = server.recv(&mut buf).unwrap() {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert_eq!(got, b"hello world");
+        assert_eq!(server.recv(&mut buf).unwrap(), Recv::WouldBlock);
+        drop(c);
+        let mut closed = false;
+        for _ in 0..1000 {
+            if server.recv(&mut buf).unwrap() == Recv::Closed {
+                closed = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(closed);
+    }
+
+    #[test]
+    fn region_copies_are_bounds_checked() {
+        let mut mem = vec![0u8; 8];
+        // SAFETY: `mem` outlives every use of the region below.
+        let region = unsafe { MemRegion::new(mem.as_mut_ptr(), mem.len()) };
+        copy_to_region(&region, 2, b"abc").unwrap();
+        assert!(copy_to_region(&region, 6, b"abc").is_err());
+        assert!(copy_to_region(&region, usize::MAX, b"a").is_err());
+        assert_eq!(copy_from_region(&region, 2, 3).unwrap(), b"abc");
+        assert!(copy_from_region(&region, 7, 2).is_err());
+        let mut g = Gather::<2>::new();
+        assert!(!g.push_region(&region, 4, 5));
+        assert!(g.push_region(&region, 4, 4));
+        assert_eq!(g.total(), 4);
+        assert_eq!(mem[2..5], *b"abc");
+    }
+
+    #[test]
+    fn gather_stops_at_its_byte_limit() {
+        let mut g = Gather::<4>::with_limit(10);
+        assert!(g.push(b"abcd"));
+        assert!(!g.push(b"efghijkl"), "cut at the limit");
+        assert_eq!(g.total(), 10);
+        assert!(g.is_full());
+        assert!(!g.push(b"m"));
+        assert_eq!(g.total(), 10);
+        let mut unlimited = Gather::<1>::with_limit(0);
+        assert!(unlimited.push(&[0; 1000]));
+    }
+
+    #[test]
+    fn gather_holds_at_most_max_iov() {
+        let byte = [1u8];
+        let mut g = Gather::<MAX_IOV>::new();
+        for _ in 0..MAX_IOV {
+            assert!(g.push(&byte));
+        }
+        assert!(g.is_full());
+        assert!(!g.push(&byte));
+        assert_eq!(g.total(), MAX_IOV);
+    }
+
+    #[test]
+    fn loopback_interface_is_listed() {
+        let list = interface_addresses().unwrap();
+        assert!(
+            list.iter().any(|a| a.loopback
+                && a.ip == IpAddr::V4(Ipv4Addr::LOCALHOST)
+                && a.prefix_len == 8),
+            "{list:?}"
+        );
+    }
+
+    #[test]
+    fn random_bytes_differ() {
+        let mut a = [0u8; 32];
+        let mut b = [0u8; 32];
+        random_bytes(&mut a).unwrap();
+        random_bytes(&mut b).unwrap();
+        assert_ne!(a, b);
+    }
+}

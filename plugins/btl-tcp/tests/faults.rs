@@ -1,0 +1,425 @@
+//! Misbehaving peers and strangers: each is refused or handled, the module
+//! keeps working, and other peers are unaffected.
+
+#![allow(unsafe_code)] // MemRegion::new, as the host does
+
+mod common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use common::*;
+use fireopal_abi::btl::{Completion, MemRegion, RdmaOp, SendiOutcome, Transport};
+use fireopal_abi::param::ParamValue;
+use fireopal_abi::ErrorKind;
+use fireopal_core::wire::frame::FrameHeader;
+
+fn small_buffers(spec: JobSpec) -> JobSpec {
+    spec.param("btl_tcp_sndbuf", ParamValue::Size(1 << 20))
+        .param("btl_tcp_rcvbuf", ParamValue::Size(1 << 20))
+}
+
+/// Rank 0 and rank 1 still exchange messages both ways.
+fn still_working(procs: &mut [Proc], tag: u8) {
+    let before = [procs[0].rec.count_from(1), procs[1].rec.count_from(0)];
+    post(
+        procs[0].m(),
+        1,
+        tag,
+        b"ping",
+        &pattern(1, 3000),
+        9000 + u64::from(tag),
+    );
+    post(
+        procs[1].m(),
+        0,
+        tag,
+        b"pong",
+        &pattern(2, 3000),
+        9100 + u64::from(tag),
+    );
+    drive(procs, "ping and pong", |p| {
+        p[0].rec.count_from(1) == before[0] + 1 && p[1].rec.count_from(0) == before[1] + 1
+    });
+    assert_eq!(
+        procs[1].rec.from(0).last().unwrap().payload,
+        pattern(1, 3000)
+    );
+    assert_eq!(
+        procs[0].rec.from(1).last().unwrap().payload,
+        pattern(2, 3000)
+    );
+}
+
+fn established(procs: &mut [Proc]) {
+    still_working(procs, 0);
+}
+
+#[test]
+fn a_stranger_sending_random_bytes_is_dropped_and_logged() {
+    let mut procs = job(JobSpec::new(2));
+    established(&mut procs);
+    let mut s = std::net::TcpStream::connect(listen_addr(&procs[0].modules[0])).unwrap();
+    s.write_all(&pattern(42, 4096)).unwrap();
+    assert!(closed_by_module(&mut procs, &mut s));
+    assert!(
+        procs[0].logged("dropped connection from"),
+        "{}",
+        procs[0].log_text()
+    );
+    assert!(procs[0].logged("bad magic"));
+    assert!(procs[0].rec.failed.is_empty());
+    assert_eq!(procs[0].m().connection_count(), 1);
+    still_working(&mut procs, 1);
+}
+
+#[test]
+fn a_truncated_hello_is_dropped() {
+    let mut procs = job(JobSpec::new(2));
+    established(&mut procs);
+    let hello = fireopal_core::wire::handshake::Hello {
+        link: 0,
+        from_rank: 1,
+        to_rank: 0,
+        from_entry: 0,
+        to_entry: 0,
+        nonce: [1; 32],
+    }
+    .encode();
+    let mut s = std::net::TcpStream::connect(listen_addr(&procs[0].modules[0])).unwrap();
+    s.write_all(&hello[..20]).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(closed_by_module(&mut procs, &mut s));
+    assert!(
+        procs[0].rec.failed.is_empty(),
+        "nothing authenticated, no peer touched"
+    );
+    assert_eq!(procs[0].m().connection_count(), 1);
+    still_working(&mut procs, 1);
+}
+
+#[test]
+fn a_silent_stranger_is_dropped_after_the_handshake_timeout() {
+    let mut procs =
+        job(JobSpec::new(2).param("btl_tcp_handshake_timeout_ms", ParamValue::UInt(500)));
+    established(&mut procs);
+    let mut s = std::net::TcpStream::connect(listen_addr(&procs[0].modules[0])).unwrap();
+    assert!(closed_by_module(&mut procs, &mut s));
+    assert!(
+        procs[0].logged("no handshake within 500 ms"),
+        "{}",
+        procs[0].log_text()
+    );
+    assert_eq!(procs[0].m().connection_count(), 1);
+    still_working(&mut procs, 1);
+}
+
+#[test]
+fn a_truncated_frame_header_fails_only_that_peer() {
+    let mut procs = job(JobSpec::new(3));
+    established(&mut procs);
+    let mut s = fake_peer(&mut procs, 0, 2, &KEY).expect("authenticated");
+    let header = FrameHeader::active(1, 0, 100).encode();
+    s.write_all(&header[..10]).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    drive(&mut procs, "failure of rank 2", |p| {
+        p[0].rec.failures_of(2) == 1
+    });
+    assert_eq!(procs[0].rec.count_from(2), 0);
+    settle(&mut procs, Duration::from_millis(50));
+    assert_eq!(procs[0].rec.failures_of(2), 1, "reported once");
+    assert_eq!(procs[0].rec.failed.len(), 1);
+    // Later sends to the failed rank fail at once.
+    let e = procs[0].m().send(2, 0, b"", b"x", 1).unwrap_err();
+    assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
+    still_working(&mut procs, 1);
+}
+
+#[test]
+fn a_length_of_2_pow_40_is_refused_before_any_allocation() {
+    let mut procs = job(JobSpec::new(3));
+    established(&mut procs);
+    let mut s = fake_peer(&mut procs, 0, 2, &KEY).expect("authenticated");
+    // One good message first: the fake peer is a real, authenticated one.
+    let mut good = FrameHeader::active(7, 2, 3).encode().to_vec();
+    good.extend_from_slice(b"hdabc");
+    s.write_all(&good).unwrap();
+    drive(&mut procs, "the good message", |p| {
+        p[0].rec.count_from(2) == 1
+    });
+    let msg = procs[0].rec.from(2).next().unwrap().clone();
+    assert_eq!(
+        (msg.tag, msg.header.as_slice(), msg.payload.as_slice()),
+        (7, &b"hd"[..], &b"abc"[..])
+    );
+
+    s.write_all(&FrameHeader::active(1, 0, 1 << 40).encode())
+        .unwrap();
+    s.write_all(&[0u8; 4096]).unwrap();
+    assert!(closed_by_module(&mut procs, &mut s));
+    assert_eq!(procs[0].rec.failures_of(2), 1);
+    let (_, e) = &procs[0].rec.failed[0];
+    assert!(is_kind(e, ErrorKind::MALFORMED), "{e}");
+    assert!(e.message.contains("1099511627776"), "{e}");
+    assert!(procs[0].logged("rank 2 failed"), "{}", procs[0].log_text());
+    assert_eq!(procs[0].rec.count_from(2), 1);
+    still_working(&mut procs, 1);
+}
+
+#[test]
+fn unknown_frame_kinds_and_broken_markers_fail_the_peer() {
+    for (what, bytes) in [
+        ("unknown kind", {
+            let mut h = FrameHeader::active(0, 0, 0).encode();
+            h[0] = 42;
+            h
+        }),
+        ("broken marker", {
+            let mut h = FrameHeader::active(0, 0, 0).encode();
+            h[5] = b'X';
+            h
+        }),
+        ("header too long", FrameHeader::active(0, 300, 0).encode()),
+    ] {
+        let mut procs = job(JobSpec::new(3));
+        established(&mut procs);
+        let mut s = fake_peer(&mut procs, 0, 2, &KEY).expect("authenticated");
+        s.write_all(&bytes).unwrap();
+        assert!(closed_by_module(&mut procs, &mut s), "{what}");
+        assert_eq!(procs[0].rec.failures_of(2), 1, "{what}");
+        assert!(
+            is_kind(&procs[0].rec.failed[0].1, ErrorKind::MALFORMED),
+            "{what}"
+        );
+        still_working(&mut procs, 1);
+    }
+}
+
+#[test]
+fn a_wrong_job_key_is_refused_both_ways() {
+    let mut spec = JobSpec::new(3);
+    spec.wrong_key = vec![2];
+    let mut procs = job(spec);
+    established(&mut procs);
+
+    // A connector with the wrong key that does not check our proof gets
+    // its own proof refused: dropped and logged, no peer touched.
+    let wrong = [0xa5; 32];
+    let refused = fake_peer(&mut procs, 0, 2, &wrong);
+    assert!(refused.is_err());
+    assert!(
+        procs[0].logged("did not prove it holds the job key"),
+        "{}",
+        procs[0].log_text()
+    );
+    assert!(procs[0].rec.failed.is_empty());
+
+    // A real module with the wrong key: it refuses our proof when it dials
+    // us, and we refuse its proof when we dial it.
+    assert_eq!(
+        procs[2].m().send(0, 1, b"", b"intruder", 5).unwrap(),
+        Completion::Pending
+    );
+    drive(&mut procs, "intruder's failure", |p| {
+        p[2].rec.sends.contains_key(&5)
+    });
+    assert!(procs[2].rec.sends[&5][0].is_err());
+    assert_eq!(procs[2].rec.failures_of(0), 1);
+    assert!(procs[2].logged("did not prove it holds the job key"));
+    assert_eq!(procs[0].rec.count_from(2), 0, "nothing delivered");
+
+    assert_eq!(
+        procs[0].m().send(2, 1, b"", b"secret", 6).unwrap(),
+        Completion::Pending
+    );
+    drive(&mut procs, "our refusal", |p| {
+        p[0].rec.sends.contains_key(&6)
+    });
+    assert!(procs[0].rec.sends[&6][0].is_err());
+    assert_eq!(procs[2].rec.count_from(0), 0, "nothing delivered");
+    still_working(&mut procs, 1);
+}
+
+#[test]
+fn a_peer_that_stops_reading_makes_sends_queue_then_drain() {
+    const N: u64 = 48;
+    const SIZE: usize = 1 << 20;
+    // Socket buffers far below what is sent, whatever the kernel allows.
+    let mut procs = job(small_buffers(JobSpec::new(2)));
+    established(&mut procs);
+    let mut pending = Vec::new();
+    let mut sent_bytes = 0;
+    for i in 0..N {
+        let payload = pattern(i, SIZE);
+        sent_bytes += SIZE + 16 + 8;
+        if procs[0]
+            .m()
+            .send(1, 2, &i.to_le_bytes(), &payload, i)
+            .unwrap()
+            == Completion::Pending
+        {
+            pending.push(i);
+        }
+        // Only the sender progresses: the receiver stopped reading.
+        procs[0].progress();
+    }
+    drive_some(&mut procs, &[0], "a full socket", |p| {
+        let q = p[0].modules[0].queued_bytes(1);
+        q > 0 && q <= sent_bytes
+    });
+    for _ in 0..100 {
+        procs[0].progress();
+    }
+    let queued = procs[0].m().queued_bytes(1);
+    assert!(queued > 0, "sends queue while the peer does not read");
+    assert!(queued <= sent_bytes, "memory bounded by what was sent");
+    assert!(!pending.is_empty());
+    assert!(procs[0].rec.sends.len() < pending.len());
+    assert_eq!(
+        procs[0].m().sendi(1, 3, b"", b"x").unwrap(),
+        SendiOutcome::Busy
+    );
+
+    // The peer resumes: everything drains, in order, each completion once.
+    drive(&mut procs, "all messages", |p| {
+        p[1].rec.count_from(0) == N as usize + 1
+    });
+    drive(&mut procs, "all completions", |p| {
+        p[0].rec.sends.len() >= pending.len()
+    });
+    procs[0].rec.assert_at_most_once();
+    for c in &pending {
+        assert!(procs[0].rec.sends[c][0].is_ok());
+    }
+    for (i, m) in procs[1].rec.from(0).skip(1).enumerate() {
+        assert_eq!(m.header, (i as u64).to_le_bytes());
+        assert!(m.payload == pattern(i as u64, SIZE), "message {i} intact");
+    }
+    assert_eq!(procs[0].m().queued_bytes(1), 0);
+}
+
+#[test]
+fn a_peer_whose_socket_closes_is_reported_once_and_its_operations_fail_once() {
+    const SIZE: usize = 1 << 20;
+    let mut procs = job(small_buffers(JobSpec::new(3)));
+    established(&mut procs);
+    post(procs[0].m(), 2, 0, b"hi", b"", 1);
+    drive(&mut procs, "rank 2 connected", |p| {
+        p[2].rec.count_from(0) == 1
+    });
+
+    // Fill the socket to rank 1 so sends queue, and start RDMA to it.
+    let mut pending = Vec::new();
+    for i in 0..32u64 {
+        if procs[0]
+            .m()
+            .send(1, 2, b"", &pattern(i, SIZE), 100 + i)
+            .unwrap()
+            == Completion::Pending
+        {
+            pending.push(100 + i);
+        }
+        procs[0].progress();
+    }
+    assert!(procs[0].m().queued_bytes(1) > 0);
+    let mut local = vec![0u8; 4096];
+    // SAFETY: `local` outlives the operation, which fails below.
+    let region = unsafe { MemRegion::new(local.as_mut_ptr(), local.len()) };
+    let key = fireopal_core::wire::frame::RemoteKey { id: 1, secret: 2 }.encode();
+    let get = RdmaOp {
+        peer: 1,
+        local: region,
+        local_registration: u64::MAX,
+        remote_addr: 4096,
+        remote_key: key[..].into(),
+        cookie: 500,
+    };
+    assert_eq!(procs[0].m().get(&get).unwrap(), Completion::Pending);
+
+    // Rank 1 dies.
+    let dead = procs[1].modules.drain(..).collect::<Vec<_>>();
+    drop(dead);
+    drive_some(&mut procs, &[0, 2], "failure of rank 1", |p| {
+        p[0].rec.failures_of(1) == 1
+    });
+    settle(&mut procs, Duration::from_millis(50));
+    assert_eq!(procs[0].rec.failures_of(1), 1, "reported once");
+    procs[0].rec.assert_at_most_once();
+    let completed_ok = pending
+        .iter()
+        .filter(|c| procs[0].rec.sends.get(c).is_some_and(|v| v[0].is_ok()))
+        .count();
+    let completed_err = pending
+        .iter()
+        .filter(|c| procs[0].rec.sends.get(c).is_some_and(|v| v[0].is_err()))
+        .count();
+    assert_eq!(
+        completed_ok + completed_err,
+        pending.len(),
+        "every pending send completed"
+    );
+    assert!(completed_err > 0);
+    let rdma = &procs[0].rec.rdma[&500];
+    assert_eq!(rdma.len(), 1);
+    assert!(is_kind(
+        rdma[0].as_ref().unwrap_err(),
+        ErrorKind::PEER_FAILED
+    ));
+    assert_eq!(procs[0].m().rdma_in_flight(), 0);
+    assert_eq!(procs[0].m().queued_bytes(1), 0, "queue released");
+
+    // Later calls fail fast.
+    for e in [
+        procs[0].m().send(1, 0, b"", b"late", 900).unwrap_err(),
+        procs[0].m().sendi(1, 0, b"", b"late").unwrap_err(),
+        procs[0]
+            .m()
+            .get(&RdmaOp { cookie: 901, ..get })
+            .unwrap_err(),
+        procs[0]
+            .m()
+            .put(&RdmaOp { cookie: 902, ..get })
+            .unwrap_err(),
+    ] {
+        assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
+    }
+    assert!(!procs[0].rec.sends.contains_key(&900));
+    assert!(!procs[0].rec.rdma.contains_key(&901));
+    assert!(!procs[0].rec.rdma.contains_key(&902));
+
+    // Rank 2 is unaffected.
+    post(procs[0].m(), 2, 0, b"still", b"here", 2);
+    post(procs[2].m(), 0, 0, b"and", b"back", 3);
+    drive_some(&mut procs, &[0, 2], "rank 2 traffic", |p| {
+        p[2].rec.count_from(0) == 2 && p[0].rec.count_from(2) == 1
+    });
+    assert!(procs[2].rec.failed.is_empty());
+}
+
+#[test]
+fn a_peer_that_is_gone_before_we_dial_fails_its_sends_once() {
+    let mut procs = job(JobSpec::new(3));
+    // Rank 2 exits before anyone talked to it: its port is closed.
+    drop(procs[2].modules.drain(..).collect::<Vec<_>>());
+    let done = procs[0].m().send(2, 0, b"", b"anyone?", 1);
+    match done {
+        // The refusal may come at once or from progress.
+        Ok(Completion::Pending) => {
+            drive_some(&mut procs, &[0], "refusal", |p| {
+                p[0].rec.sends.contains_key(&1)
+            });
+            assert!(procs[0].rec.sends[&1][0].is_err());
+        }
+        Ok(Completion::Done) => panic!("sent to a closed port"),
+        Err(e) => assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}"),
+    }
+    drive_some(&mut procs, &[0], "failure report", |p| {
+        p[0].rec.failures_of(2) == 1
+    });
+    settle(&mut procs[..2], Duration::from_millis(20));
+    assert_eq!(procs[0].rec.failures_of(2), 1);
+    procs[0].rec.assert_at_most_once();
+    let e = procs[0].m().sendi(2, 0, b"", b"x").unwrap_err();
+    assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
+    still_working(&mut procs, 1);
+}

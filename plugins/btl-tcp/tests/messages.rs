@@ -1,0 +1,312 @@
+//! Active messages between ranks over 127.0.0.1: sizes, order, the sendi
+//! contract, completions, and volume.
+
+mod common;
+
+use common::*;
+use fireopal_abi::btl::{Completion, SendiOutcome, Transport};
+use fireopal_abi::param::ParamValue;
+use fireopal_abi::ErrorKind;
+
+const SIZES: [usize; 16] = [
+    0,
+    1,
+    8,
+    100,
+    4095,
+    4096,
+    65_000,
+    65_536 - 16,
+    65_537,
+    131_072 - 40,
+    131_072,
+    131_073,
+    1 << 20,
+    (1 << 20) + 3,
+    3 << 20,
+    4 << 20,
+];
+
+fn header_for(i: usize) -> Vec<u8> {
+    // Headers of varying length, up to the 256-byte maximum.
+    pattern(1000 + i as u64, (i * 37) % 257)
+}
+
+#[test]
+fn messages_of_every_size_arrive_intact_and_in_order_both_ways() {
+    let mut procs = job(JobSpec::new(2));
+    let mut pending = [Vec::new(), Vec::new()];
+    for (i, &size) in SIZES.iter().enumerate() {
+        for (from, to) in [(0usize, 1u32), (1, 0)] {
+            let payload = pattern((from * 100 + i) as u64, size);
+            let cookie = (from * 1000 + i) as u64;
+            let header = header_for(i);
+            match procs[from]
+                .m()
+                .send(to, i as u8, &header, &payload, cookie)
+                .unwrap()
+            {
+                Completion::Pending => pending[from].push(cookie),
+                Completion::Done => {}
+            }
+        }
+    }
+    drive(&mut procs, "every message", |p| {
+        p[0].rec.count_from(1) == SIZES.len() && p[1].rec.count_from(0) == SIZES.len()
+    });
+    // Completions: exactly once for each Pending, never for Done.
+    drive(&mut procs, "every completion", |p| {
+        (0..2).all(|r| pending[r].iter().all(|c| p[r].rec.sends.contains_key(c)))
+    });
+    for (r, proc) in procs.iter().enumerate() {
+        proc.rec.assert_at_most_once();
+        assert_eq!(proc.rec.sends.len(), pending[r].len());
+        for v in proc.rec.sends.values() {
+            assert!(v[0].is_ok());
+        }
+        let from = 1 - r;
+        for (i, msg) in proc.rec.from(from as u32).enumerate() {
+            assert_eq!(msg.tag, i as u8, "order");
+            assert_eq!(msg.header, header_for(i));
+            assert_eq!(msg.payload.len(), SIZES[i]);
+            assert!(
+                msg.payload == pattern((from * 100 + i) as u64, SIZES[i]),
+                "payload {i} of {} bytes corrupted",
+                SIZES[i]
+            );
+        }
+        assert!(proc.rec.failed.is_empty());
+        assert_eq!(proc.modules[0].queued_bytes(from as u32), 0);
+    }
+}
+
+#[test]
+fn messages_larger_than_the_limit_are_refused() {
+    let mut procs = job(JobSpec::new(2).param("btl_tcp_max_send_size", ParamValue::Size(1 << 20)));
+    let big = vec![0u8; 1 << 20];
+    let e = procs[0].m().send(1, 0, b"h", &big, 1).unwrap_err();
+    assert!(is_kind(&e, ErrorKind::INVALID_ARGUMENT), "{e}");
+    let e = procs[0].m().send(1, 0, &[0; 257], b"", 2).unwrap_err();
+    assert!(is_kind(&e, ErrorKind::INVALID_ARGUMENT), "{e}");
+    // Over the eager limit, sendi is merely Busy.
+    assert_eq!(
+        procs[0].m().sendi(1, 0, b"", &big[..70_000]).unwrap(),
+        SendiOutcome::Busy
+    );
+    let e = procs[0].m().sendi(9, 0, b"", b"").unwrap_err();
+    assert!(is_kind(&e, ErrorKind::UNREACHABLE), "{e}");
+}
+
+#[test]
+fn sendi_is_all_or_nothing_and_busy_while_sends_are_queued() {
+    let mut procs = job(JobSpec::new(2).param("btl_tcp_sndbuf", ParamValue::Size(64 << 10)));
+    // The first sendi starts the connection and sends nothing.
+    assert_eq!(
+        procs[0].m().sendi(1, 0, b"", b"first").unwrap(),
+        SendiOutcome::Busy
+    );
+    drive(&mut procs, "connection", |p| {
+        p[0].modules[0].connection_addresses(1).is_some()
+    });
+
+    // Rank 1 stops reading; rank 0 sendi's until the socket is full.
+    let mut sent = Vec::new();
+    let mut saw_partial = false;
+    let mut busy_after_queue = 0;
+    for i in 0..10_000u64 {
+        let payload = pattern(i, 60_000 + (i as usize % 7));
+        let queued_before = procs[0].m().queued_bytes(1);
+        match procs[0]
+            .m()
+            .sendi(1, 3, &i.to_le_bytes(), &payload)
+            .unwrap()
+        {
+            SendiOutcome::Sent => {
+                assert_eq!(queued_before, 0, "sendi sent while bytes were queued");
+                sent.push(i);
+                if procs[0].m().queued_bytes(1) > 0 {
+                    // The socket took part: the module kept the rest.
+                    saw_partial = true;
+                }
+            }
+            SendiOutcome::Busy => {
+                if queued_before > 0 {
+                    busy_after_queue += 1;
+                }
+                if busy_after_queue >= 3 || (queued_before == 0 && !sent.is_empty()) {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(!sent.is_empty());
+    eprintln!(
+        "sent {} sendi messages, partial write seen: {saw_partial}",
+        sent.len()
+    );
+    if saw_partial {
+        assert!(
+            busy_after_queue > 0,
+            "sendi must answer Busy while bytes are queued"
+        );
+    }
+    // The socket is full: a send now queues behind, keeping order, and
+    // sendi answers Busy while it is queued.
+    let tail = pattern(99_999, 1000);
+    let done = procs[0].m().send(1, 4, b"tail", &tail, 77).unwrap();
+    assert_eq!(done, Completion::Pending);
+    assert!(procs[0].m().queued_bytes(1) > 0);
+    assert_eq!(
+        procs[0].m().sendi(1, 6, b"", b"tiny").unwrap(),
+        SendiOutcome::Busy
+    );
+
+    drive(&mut procs, "every sendi message", |p| {
+        p[1].rec.count_from(0) == sent.len() + 1
+    });
+    let msgs: Vec<_> = procs[1].rec.from(0).cloned().collect();
+    for (msg, &i) in msgs.iter().zip(&sent) {
+        assert_eq!(msg.tag, 3);
+        assert_eq!(msg.header, i.to_le_bytes(), "order");
+        assert!(
+            msg.payload == pattern(i, 60_000 + (i as usize % 7)),
+            "message {i} intact"
+        );
+    }
+    let last = msgs.last().unwrap();
+    assert_eq!((last.tag, last.header.as_slice()), (4, &b"tail"[..]));
+    assert_eq!(last.payload, tail);
+    drive(&mut procs, "tail completion", |p| {
+        p[0].rec.sends.contains_key(&77)
+    });
+    procs[0].rec.assert_at_most_once();
+    assert!(procs[0].rec.sends[&77][0].is_ok());
+    // Once drained, sendi goes straight out again.
+    assert_eq!(procs[0].m().queued_bytes(1), 0);
+    assert_eq!(
+        procs[0].m().sendi(1, 5, b"", b"again").unwrap(),
+        SendiOutcome::Sent
+    );
+}
+
+#[test]
+fn a_hundred_thousand_small_messages_each_way() {
+    const N: u32 = 100_000;
+    let mut procs = job(JobSpec::new(2));
+    let mut next = [0u32; 2];
+    let mut cookies = [Vec::new(), Vec::new()];
+    let start = std::time::Instant::now();
+    loop {
+        for from in 0..2usize {
+            let to = 1 - from as u32;
+            // Keep a bounded number in flight per round.
+            for _ in 0..256 {
+                if next[from] == N {
+                    break;
+                }
+                let i = next[from];
+                let payload = [(i % 251) as u8; 24];
+                if let Some(c) = post(
+                    procs[from].m(),
+                    to,
+                    9,
+                    &i.to_le_bytes(),
+                    &payload,
+                    u64::from(i),
+                ) {
+                    cookies[from].push(c);
+                }
+                next[from] += 1;
+            }
+            procs[from].progress();
+        }
+        if next == [N, N] {
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "posting timed out");
+    }
+    drive(&mut procs, "all small messages", |p| {
+        p[0].rec.count_from(1) == N as usize && p[1].rec.count_from(0) == N as usize
+    });
+    drive(&mut procs, "their completions", |p| {
+        (0..2).all(|r| p[r].rec.sends.len() == cookies[r].len())
+    });
+    for p in &procs {
+        p.rec.assert_at_most_once();
+        let from = 1 - p.rank;
+        for (i, m) in p.rec.from(from).enumerate() {
+            assert_eq!(m.header, (i as u32).to_le_bytes(), "lost or reordered");
+            assert_eq!(m.payload, [(i as u32 % 251) as u8; 24]);
+        }
+        assert!(p.rec.failed.is_empty());
+    }
+}
+
+#[test]
+fn attributes_and_addresses() {
+    let mut procs = job(JobSpec::new(2));
+    let a = procs[0].m().attributes().unwrap();
+    assert_eq!(a.max_sendi_size, 64 << 10);
+    assert_eq!(a.eager_limit, 64 << 10);
+    assert_eq!(a.max_send_size, 8 << 20);
+    assert_eq!(a.registration_handle_size, 16);
+    assert!(a
+        .flags
+        .contains(fireopal_abi::btl::BtlFlags::PUT | fireopal_abi::btl::BtlFlags::GET));
+    let addr = procs[0].m().address().unwrap();
+    let entries = fireopal_core::wire::address::parse_addresses(&addr).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].ip.to_string(), "127.0.0.1");
+    assert!(entries[0].loopback);
+}
+
+#[test]
+fn a_sendi_the_socket_takes_only_in_part_is_finished_by_the_module() {
+    // Small socket buffers and a large eager limit, so one sendi is
+    // certain to be taken only in part while the receiver does not read.
+    let mut procs = job(JobSpec::new(2)
+        .param("btl_tcp_sndbuf", ParamValue::Size(64 << 10))
+        .param("btl_tcp_rcvbuf", ParamValue::Size(64 << 10))
+        .param("btl_tcp_eager_limit", ParamValue::Size(4 << 20)));
+    assert_eq!(
+        procs[0].m().sendi(1, 0, b"", b"").unwrap(),
+        SendiOutcome::Busy
+    );
+    drive(&mut procs, "connection", |p| {
+        p[0].modules[0].connection_addresses(1).is_some()
+    });
+    let big = pattern(7, 3 << 20);
+    assert_eq!(
+        procs[0].m().sendi(1, 1, b"big", &big).unwrap(),
+        SendiOutcome::Sent
+    );
+    let queued = procs[0].m().queued_bytes(1);
+    assert!(
+        queued > 0 && queued < big.len(),
+        "the socket took part: {queued} queued"
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            procs[0].m().sendi(1, 2, b"", b"small").unwrap(),
+            SendiOutcome::Busy,
+            "bytes are queued"
+        );
+    }
+    assert_eq!(
+        procs[0].m().send(1, 2, b"", b"after", 5).unwrap(),
+        Completion::Pending
+    );
+    drive(&mut procs, "both messages", |p| p[1].rec.count_from(0) == 2);
+    let msgs: Vec<_> = procs[1].rec.from(0).cloned().collect();
+    assert_eq!(msgs[0].header, b"big");
+    assert!(
+        msgs[0].payload == big,
+        "the receiver never sees a partial message"
+    );
+    assert_eq!(msgs[1].payload, b"after");
+    drive(&mut procs, "completion", |p| {
+        p[0].rec.sends.contains_key(&5)
+    });
+    assert_eq!(procs[0].rec.sends.len(), 1, "no completion for the sendi");
+    procs[0].rec.assert_at_most_once();
+}

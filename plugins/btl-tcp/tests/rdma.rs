@@ -1,0 +1,296 @@
+//! `put` and `get` emulated by messages: data, chunking, and the target's
+//! checks of keys, rights and ranges.
+
+// The tests lend memory to the modules through `MemRegion::new`, as the
+// host does.
+#![allow(unsafe_code)]
+
+mod common;
+
+use common::*;
+use fireopal_abi::btl::{Access, Completion, MemRegion, RdmaOp, Transport};
+use fireopal_abi::param::ParamValue;
+use fireopal_abi::{ErrorKind, PluginError};
+use fireopal_core::wire::frame::RemoteKey;
+
+fn region(buf: &mut [u8]) -> MemRegion {
+    // SAFETY: every buffer passed here outlives the operations and
+    // registrations that use it, and the test does not touch it while an
+    // operation on it is in flight.
+    unsafe { MemRegion::new(buf.as_mut_ptr(), buf.len()) }
+}
+
+fn op<'a>(peer: u32, local: MemRegion, remote_addr: u64, key: &'a [u8], cookie: u64) -> RdmaOp<'a> {
+    RdmaOp {
+        peer,
+        local,
+        local_registration: u64::MAX,
+        remote_addr,
+        remote_key: key.into(),
+        cookie,
+    }
+}
+
+fn wait_rdma(procs: &mut [Proc], rank: usize, cookie: u64) -> Result<(), PluginError> {
+    drive(procs, "rdma completion", |p| {
+        p[rank].rec.rdma.contains_key(&cookie)
+    });
+    procs[rank].rec.assert_at_most_once();
+    procs[rank].rec.rdma[&cookie][0].clone()
+}
+
+#[test]
+fn put_and_get_move_bytes_of_every_size() {
+    // A small frame limit, so large operations are split into chunks.
+    let mut procs = job(JobSpec::new(2).param("btl_tcp_max_send_size", ParamValue::Size(1 << 20)));
+    let mut target = vec![0u8; 5 << 20];
+    let base = target.as_ptr() as u64;
+    let reg = procs[1]
+        .m()
+        .register_mem(
+            region(&mut target),
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let key = reg.remote_key.to_vec();
+
+    let mut cookie = 0;
+    for (offset, len) in [
+        (0usize, 0usize),
+        (3, 1),
+        (100, 4000),
+        (5000, 200_000),
+        (7, (1 << 20) + 5),
+        (1 << 20, 4 << 20),
+    ] {
+        cookie += 1;
+        let mut src = pattern(cookie, len);
+        let done = procs[0]
+            .m()
+            .put(&op(1, region(&mut src), base + offset as u64, &key, cookie))
+            .unwrap();
+        assert_eq!(done, Completion::Pending);
+        wait_rdma(&mut procs, 0, cookie).unwrap();
+        assert!(
+            target[offset..offset + len] == src[..],
+            "put of {len} bytes at {offset}"
+        );
+
+        cookie += 1;
+        let mut back = vec![0u8; len];
+        procs[0]
+            .m()
+            .get(&op(
+                1,
+                region(&mut back),
+                base + offset as u64,
+                &key,
+                cookie,
+            ))
+            .unwrap();
+        wait_rdma(&mut procs, 0, cookie).unwrap();
+        assert!(back == src, "get of {len} bytes at {offset}");
+    }
+    assert_eq!(procs[0].m().rdma_in_flight(), 0);
+    procs[1].m().deregister_mem(reg.id).unwrap();
+}
+
+#[test]
+fn bad_keys_and_ranges_are_errors_to_the_initiator_and_touch_nothing() {
+    let mut procs = job(JobSpec::new(2));
+    let mut target = vec![0xeeu8; 4096];
+    let base = target.as_ptr() as u64;
+    let rw = procs[1]
+        .m()
+        .register_mem(
+            region(&mut target[..2048]),
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let ro = procs[1]
+        .m()
+        .register_mem(region(&mut target[2048..]), Access::REMOTE_READ)
+        .unwrap();
+    let rw_key = rw.remote_key.to_vec();
+    let ro_key = ro.remote_key.to_vec();
+    let mut forged = RemoteKey::parse(&rw_key).unwrap();
+    forged.secret ^= 1;
+    let forged = forged.encode().to_vec();
+    let unknown = RemoteKey { id: 999, secret: 1 }.encode().to_vec();
+
+    let mut src = vec![0x11u8; 4096];
+    let cases: [(&str, u64, usize, &[u8]); 6] = [
+        ("past the end", base + 2000, 100, &rw_key),
+        ("before the start", base - 8, 10, &rw_key),
+        ("overlapping the next registration", base + 1, 2048, &rw_key),
+        ("read-only registration", base + 2048, 10, &ro_key),
+        ("forged secret", base, 10, &forged),
+        ("unknown registration", base, 10, &unknown),
+    ];
+    let mut cookie = 100;
+    for (what, addr, len, key) in cases {
+        cookie += 1;
+        let e = procs[0]
+            .m()
+            .put(&op(1, region(&mut src[..len]), addr, key, cookie))
+            .and_then(|_| wait_rdma(&mut procs, 0, cookie))
+            .expect_err(what);
+        assert!(is_kind(&e, ErrorKind::INVALID_ARGUMENT), "{what}: {e}");
+    }
+    // Reads: beyond the range, and without the right.
+    let wo = procs[1]
+        .m()
+        .register_mem(region(&mut target[..16]), Access::REMOTE_WRITE)
+        .unwrap();
+    let wo_key = wo.remote_key.to_vec();
+    for (what, addr, len, key) in [
+        ("get past the end", base + 2040, 16usize, &rw_key),
+        ("get without read access", base, 8, &wo_key),
+        ("get with an unknown key", base, 8, &unknown),
+    ] {
+        cookie += 1;
+        let mut dst = vec![0x77u8; len];
+        let e = procs[0]
+            .m()
+            .get(&op(1, region(&mut dst), addr, key, cookie))
+            .and_then(|_| wait_rdma(&mut procs, 0, cookie))
+            .expect_err(what);
+        assert!(is_kind(&e, ErrorKind::INVALID_ARGUMENT), "{what}: {e}");
+        assert!(
+            dst.iter().all(|&b| b == 0x77),
+            "{what}: local buffer untouched"
+        );
+    }
+    assert!(
+        target.iter().all(|&b| b == 0xee),
+        "no byte of the target was written"
+    );
+
+    // A malformed key fails at once, without a completion.
+    let e = procs[0]
+        .m()
+        .put(&op(1, region(&mut src[..4]), base, &rw_key[..15], 500))
+        .unwrap_err();
+    assert!(is_kind(&e, ErrorKind::INVALID_ARGUMENT), "{e}");
+    // A deregistered key names nothing.
+    procs[1].m().deregister_mem(rw.id).unwrap();
+    cookie += 1;
+    let e = procs[0]
+        .m()
+        .put(&op(1, region(&mut src[..4]), base, &rw_key, cookie))
+        .and_then(|_| wait_rdma(&mut procs, 0, cookie))
+        .unwrap_err();
+    assert!(e.message.contains("remote key"), "{e}");
+    assert!(!procs[0].rec.rdma.contains_key(&500));
+
+    // The connection is still good.
+    let ok = procs[1]
+        .m()
+        .register_mem(region(&mut target[..64]), Access::REMOTE_WRITE)
+        .unwrap();
+    cookie += 1;
+    procs[0]
+        .m()
+        .put(&op(1, region(&mut src[..64]), base, &ok.remote_key, cookie))
+        .unwrap();
+    wait_rdma(&mut procs, 0, cookie).unwrap();
+    assert_eq!(target[..64], src[..64]);
+    assert!(procs[0].rec.failed.is_empty() && procs[1].rec.failed.is_empty());
+}
+
+#[test]
+fn put_and_get_interleave_with_messages_in_order() {
+    let mut procs = job(JobSpec::new(2));
+    let mut target = vec![0u8; 1 << 20];
+    let base = target.as_ptr() as u64;
+    let reg = procs[1]
+        .m()
+        .register_mem(
+            region(&mut target),
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let key = reg.remote_key.to_vec();
+    let mut src = pattern(3, 1 << 20);
+    post(procs[0].m(), 1, 1, b"before", b"", 1);
+    procs[0]
+        .m()
+        .put(&op(1, region(&mut src), base, &key, 10))
+        .unwrap();
+    post(procs[0].m(), 1, 1, b"after", b"", 2);
+    drive(&mut procs, "messages", |p| p[1].rec.count_from(0) == 2);
+    // Frames to one peer are handled in order: the put landed before the
+    // second message was delivered.
+    assert!(target == src);
+    wait_rdma(&mut procs, 0, 10).unwrap();
+}
+
+fn small_buffers(spec: JobSpec) -> JobSpec {
+    spec.param("btl_tcp_sndbuf", ParamValue::Size(64 << 10))
+        .param("btl_tcp_rcvbuf", ParamValue::Size(64 << 10))
+}
+
+#[test]
+fn deregistering_during_a_put_stops_the_writes_and_fails_the_put() {
+    let mut procs = job(small_buffers(JobSpec::new(2)));
+    post(procs[0].m(), 1, 0, b"", b"hello", 0);
+    drive(&mut procs, "connection", |p| p[1].rec.count_from(0) == 1);
+    let mut target = vec![0xeeu8; 4 << 20];
+    let base = target.as_ptr() as u64;
+    let reg = procs[1]
+        .m()
+        .register_mem(region(&mut target), Access::REMOTE_WRITE)
+        .unwrap();
+    let mut src = vec![0x11u8; 4 << 20];
+    procs[0]
+        .m()
+        .put(&op(1, region(&mut src), base, &reg.remote_key, 1))
+        .unwrap();
+    // The target starts reading the put in place, then releases the memory.
+    procs[0].progress();
+    procs[1].progress();
+    procs[1].m().deregister_mem(reg.id).unwrap();
+    let e = wait_rdma(&mut procs, 0, 1).unwrap_err();
+    assert!(e.message.contains("released"), "{e}");
+    // Small buffers: far less than the last MiB had arrived by then.
+    assert!(
+        target[3 << 20..].iter().all(|&b| b == 0xee),
+        "no write after release"
+    );
+    assert!(procs[0].rec.failed.is_empty() && procs[1].rec.failed.is_empty());
+    // The stream stayed in step.
+    post(procs[0].m(), 1, 0, b"", b"after", 2);
+    drive(&mut procs, "a later message", |p| {
+        p[1].rec.count_from(0) == 2
+    });
+}
+
+#[test]
+fn get_answers_queued_at_deregistration_carry_the_bytes_of_that_moment() {
+    let mut procs = job(small_buffers(JobSpec::new(2)));
+    post(procs[0].m(), 1, 0, b"", b"hello", 0);
+    drive(&mut procs, "connection", |p| p[1].rec.count_from(0) == 1);
+    let original = pattern(9, 2 << 20);
+    let mut target = original.clone();
+    let base = target.as_ptr() as u64;
+    let reg = procs[1]
+        .m()
+        .register_mem(region(&mut target), Access::REMOTE_READ)
+        .unwrap();
+    let mut dst = vec![0u8; 2 << 20];
+    procs[0]
+        .m()
+        .get(&op(1, region(&mut dst), base, &reg.remote_key, 1))
+        .unwrap();
+    // The target reads the request and queues the answer (the socket
+    // takes only part), then releases and reuses the memory.
+    procs[1].progress();
+    assert!(procs[1].m().queued_bytes(0) > 0);
+    procs[1].m().deregister_mem(reg.id).unwrap();
+    target.fill(0x55);
+    wait_rdma(&mut procs, 0, 1).unwrap();
+    assert!(
+        dst == original,
+        "the answer holds the bytes of the moment of release"
+    );
+}
