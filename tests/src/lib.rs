@@ -32,8 +32,9 @@ pub fn fixture_source(name: &str) -> PathBuf {
 }
 
 /// The `fireopal` binary of the build that runs this test
-/// (`target/<profile>/fireopal`), built first if missing or stale: cargo
-/// builds another package's binaries only for that package's own tests.
+/// (`target/<profile>/fireopal`), built first with the in-tree plugins if
+/// missing or stale: cargo builds another package's binaries only for that
+/// package's own tests.
 pub fn host_binary() -> Result<PathBuf, String> {
     static HOST: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     HOST.get_or_init(|| {
@@ -45,10 +46,19 @@ pub fn host_binary() -> Result<PathBuf, String> {
             .ok_or("test binary has no profile directory")?;
         let target_dir = profile_dir.parent().ok_or("no target directory")?;
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "--quiet", "-p", "fireopal", "--bin", "fireopal"])
-            .arg("--manifest-path")
-            .arg(workspace_root().join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir);
+        // Every library of the workspace too: the in-tree transport plugins
+        // are cdylibs found next to the binaries.
+        cmd.args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--lib",
+            "--bin",
+            "fireopal",
+        ])
+        .arg("--manifest-path")
+        .arg(workspace_root().join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
