@@ -447,6 +447,18 @@ impl ShmTransport {
         self.st.counters
     }
 
+    /// Whether nothing is left to do for this process's own operations:
+    /// no fragment waits to be written, no rendezvous send or emulated RDMA
+    /// waits for its peer, no event waits to be reported. A process that
+    /// is about to stop calls `progress` until this holds, so that the
+    /// completions its peers wait for have left.
+    pub fn is_quiet(&self) -> bool {
+        self.st.backlog.is_empty()
+            && self.st.events.is_empty()
+            && self.st.rts.is_empty()
+            && self.st.rdma.is_empty()
+    }
+
     /// A new transfer buffer of at least `len` bytes (rounded up to
     /// pages) in a memfd segment of its own. Peers read it with a single
     /// copy, mapping it once. Dropping it (or
