@@ -56,7 +56,7 @@ impl EntryHeader {
 
 /// Lines taken by an entry with `data_len` bytes of data.
 pub const fn entry_lines(data_len: usize) -> u64 {
-    ((WORD + data_len + LINE - 1) / LINE) as u64
+    (WORD + data_len).div_ceil(LINE) as u64
 }
 
 /// What a reader finds at its position.

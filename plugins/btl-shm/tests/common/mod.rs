@@ -101,6 +101,9 @@ pub fn add_all(module: &mut ShmTransport, own: u32, addresses: &[Vec<u8>]) {
     }
 }
 
+/// A check of each delivered message: peer, tag, header, payload.
+pub type Check = fn(Rank, u8, &[u8], &[u8]) -> bool;
+
 /// Everything a module reported, in order.
 #[derive(Debug, Default)]
 pub struct Sink {
@@ -112,7 +115,7 @@ pub struct Sink {
     /// `check`).
     pub keep: bool,
     pub delivered: usize,
-    pub check: Option<fn(Rank, u8, &[u8], &[u8]) -> bool>,
+    pub check: Option<Check>,
     pub bad: usize,
 }
 

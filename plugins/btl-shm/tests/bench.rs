@@ -1,0 +1,276 @@
+//! Ping-pong latency and windowed bandwidth between two forked processes,
+//! in the OSU pattern `fireopal bench pingpong` uses: latency is half the
+//! round trip of a blocking ping-pong averaged over many iterations after
+//! warm-up; bandwidth is windows of 64 back-to-back sends with one
+//! acknowledgement per window. The receiver's handler copies each payload
+//! into a user buffer, as a host would.
+//!
+//! Ignored by default (figures, not checks); run with
+//! `cargo test --release -p fireopal-btl-shm --test bench -- --ignored --nocapture`.
+
+mod common;
+
+use std::time::Instant;
+
+use common::{run, Ctx, Job};
+use fireopal_abi::btl::{Completion, EventSink, MemRegion, Rank, SendiOutcome, Transport};
+use fireopal_abi::PluginError;
+use fireopal_btl_shm::{ShmTransport, TransferBuffer};
+
+/// Copies every payload into `dst`, counts messages and completions.
+struct CopySink {
+    dst: Vec<u8>,
+    received: u64,
+    completed: u64,
+    errors: u64,
+}
+
+impl EventSink for CopySink {
+    fn deliver(&mut self, _peer: Rank, _tag: u8, _header: &[u8], payload: &[u8]) {
+        if let Some(d) = self.dst.get_mut(..payload.len()) {
+            d.copy_from_slice(payload);
+        }
+        self.received += 1;
+    }
+    fn send_complete(&mut self, _cookie: u64, status: Result<(), PluginError>) {
+        self.completed += 1;
+        self.errors += u64::from(status.is_err());
+    }
+    fn rdma_complete(&mut self, _cookie: u64, _status: Result<(), PluginError>) {}
+    fn peer_failed(&mut self, _peer: Rank, _error: PluginError) {
+        self.errors += 1;
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// `sendi` when it fits, else `send` (payload copied by the sender).
+    Copy,
+    /// `send_in_place` from a transfer buffer (receiver maps it).
+    InPlace,
+}
+
+struct Bench {
+    sink: CopySink,
+    src: Vec<u8>,
+    buf: TransferBuffer,
+    pending: u64,
+    max_sendi: usize,
+}
+
+impl Bench {
+    fn send(&mut self, m: &mut ShmTransport, peer: Rank, size: usize, path: Path) {
+        if path == Path::InPlace {
+            // SAFETY: the transfer buffer is never written while sends
+            // from it are in flight.
+            let r = unsafe { MemRegion::new(self.buf.as_ptr(), size) };
+            // SAFETY: as above.
+            let c = unsafe { m.send_in_place(peer, 1, &[], r, 0) }.expect("send_in_place");
+            self.pending += u64::from(c == Completion::Pending);
+            return;
+        }
+        let payload = &self.src[..size];
+        if size <= self.max_sendi
+            && m.sendi(peer, 1, &[], payload).expect("sendi") == SendiOutcome::Sent
+        {
+            return;
+        }
+        let c = m.send(peer, 1, &[], payload, 0).expect("send");
+        self.pending += u64::from(c == Completion::Pending);
+    }
+
+    fn wait_received(&mut self, m: &mut ShmTransport, count: u64) {
+        while self.sink.received < count {
+            m.progress(&mut self.sink).expect("progress");
+        }
+    }
+}
+
+fn latency(ctx: &mut Ctx, b: &mut Bench, size: usize, iters: u64, path: Path) -> f64 {
+    let peer = 1 - ctx.rank;
+    let warmup = (iters / 10).max(10);
+    let mut start = Instant::now();
+    for i in 0..warmup + iters {
+        if i == warmup {
+            start = Instant::now();
+        }
+        let base = b.sink.received;
+        if ctx.rank == 0 {
+            b.send(&mut ctx.module, peer, size, path);
+            b.wait_received(&mut ctx.module, base + 1);
+        } else {
+            b.wait_received(&mut ctx.module, base + 1);
+            b.send(&mut ctx.module, peer, size, path);
+        }
+    }
+    let us = start.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
+    finish(ctx, b);
+    us
+}
+
+fn bandwidth(ctx: &mut Ctx, b: &mut Bench, size: usize, windows: u64, path: Path) -> f64 {
+    const WINDOW: u64 = 64;
+    let peer = 1 - ctx.rank;
+    let warmup = 2;
+    let mut start = Instant::now();
+    for w in 0..warmup + windows {
+        if w == warmup {
+            start = Instant::now();
+        }
+        let base = b.sink.received;
+        if ctx.rank == 0 {
+            for _ in 0..WINDOW {
+                b.send(&mut ctx.module, peer, size, path);
+            }
+            b.wait_received(&mut ctx.module, base + 1);
+        } else {
+            b.wait_received(&mut ctx.module, base + WINDOW);
+            b.send(&mut ctx.module, peer, 4, Path::Copy);
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    finish(ctx, b);
+    (windows * WINDOW * size as u64) as f64 / secs / 1e9
+}
+
+/// Collects outstanding completions before the next measurement.
+fn finish(ctx: &mut Ctx, b: &mut Bench) {
+    while b.sink.completed < b.pending || !ctx.module.is_quiet() {
+        ctx.module.progress(&mut b.sink).expect("progress");
+    }
+    ctx.barrier();
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn pingpong(ctx: &mut Ctx) -> Result<String, String> {
+    const MAX: usize = 4 << 20;
+    let mut buf = ctx
+        .module
+        .alloc_transfer_buffer(MAX)
+        .map_err(|e| e.to_string())?;
+    buf.as_mut_slice().fill(7);
+    let max_sendi = ctx
+        .module
+        .attributes()
+        .map_err(|e| e.to_string())?
+        .max_sendi_size as usize;
+    let mut b = Bench {
+        sink: CopySink {
+            dst: vec![0; MAX],
+            received: 0,
+            completed: 0,
+            errors: 0,
+        },
+        src: vec![3; MAX],
+        buf,
+        pending: 0,
+        max_sendi,
+    };
+    let mut out = Vec::new();
+    let reps = 5;
+    for (size, iters) in [
+        (0, 100_000),
+        (8, 100_000),
+        (64, 100_000),
+        (1 << 10, 50_000),
+        (8 << 10, 20_000),
+        (64 << 10, 5_000),
+        (1 << 20, 500),
+        (4 << 20, 100),
+    ] {
+        let v: Vec<f64> = (0..reps)
+            .map(|_| latency(ctx, &mut b, size, iters, Path::Copy))
+            .collect();
+        out.push(format!("latency {size} B: {:.3} us", median(v)));
+    }
+    for (size, iters) in [(64 << 10, 5_000), (1 << 20, 500), (4 << 20, 100)] {
+        let v: Vec<f64> = (0..reps)
+            .map(|_| latency(ctx, &mut b, size, iters, Path::InPlace))
+            .collect();
+        out.push(format!("latency {size} B in place: {:.3} us", median(v)));
+    }
+    for (size, windows) in [(8, 2000), (64 << 10, 100), (1 << 20, 20), (4 << 20, 5)] {
+        let v: Vec<f64> = (0..reps)
+            .map(|_| bandwidth(ctx, &mut b, size, windows, Path::Copy))
+            .collect();
+        out.push(format!("bandwidth {size} B: {:.2} GB/s", median(v)));
+    }
+    for (size, windows) in [(64 << 10, 100), (1 << 20, 20), (4 << 20, 5)] {
+        let v: Vec<f64> = (0..reps)
+            .map(|_| bandwidth(ctx, &mut b, size, windows, Path::InPlace))
+            .collect();
+        out.push(format!(
+            "bandwidth {size} B in place: {:.2} GB/s",
+            median(v)
+        ));
+    }
+    if b.sink.errors != 0 {
+        return Err(format!("{} errors", b.sink.errors));
+    }
+    Ok(out.join("\n"))
+}
+
+#[test]
+#[ignore = "prints figures; run in release with --ignored --nocapture"]
+fn pingpong_figures() {
+    let out = run(
+        Job {
+            timeout: std::time::Duration::from_secs(600),
+            ..Job::default()
+        },
+        pingpong,
+    );
+    eprintln!("{}", out[0]);
+}
+
+/// Software cost of the small-message path without a second core: two
+/// modules of one process, `sendi` of 8 bytes then `progress` on the
+/// receiver, per message.
+#[test]
+#[ignore = "prints figures; run in release with --ignored --nocapture"]
+fn small_message_overhead() {
+    use fireopal_abi::btl::PeerAddress;
+    let key = common::random_key();
+    let mut a = common::open(common::host(0, 2, key, &[]));
+    let mut b = common::open(common::host(1, 2, key, &[]));
+    let (aa, ba) = (a.address().unwrap(), b.address().unwrap());
+    a.add_peers(&[PeerAddress {
+        rank: 1,
+        node_local: true,
+        address: ba.as_slice().into(),
+    }])
+    .unwrap();
+    b.add_peers(&[PeerAddress {
+        rank: 0,
+        node_local: true,
+        address: aa.as_slice().into(),
+    }])
+    .unwrap();
+    let mut sink = CopySink {
+        dst: vec![0; 64],
+        received: 0,
+        completed: 0,
+        errors: 0,
+    };
+    let n = 2_000_000u64;
+    for round in 0..3 {
+        let start = Instant::now();
+        for _ in 0..n {
+            assert_eq!(a.sendi(1, 1, &[], &[1u8; 8]).unwrap(), SendiOutcome::Sent);
+            b.progress(&mut sink).unwrap();
+        }
+        let ns = start.elapsed().as_secs_f64() * 1e9 / n as f64;
+        eprintln!("round {round}: sendi + progress (8 B, same core): {ns:.1} ns per message");
+        let start = Instant::now();
+        for _ in 0..n {
+            b.progress(&mut sink).unwrap();
+        }
+        let ns = start.elapsed().as_secs_f64() * 1e9 / n as f64;
+        eprintln!("round {round}: empty progress: {ns:.1} ns");
+    }
+    assert_eq!(sink.received, 3 * n);
+}
