@@ -11,7 +11,7 @@
 //!
 //! Positions are counted in lines since the ring was made (`u64`, never
 //! wrapping in practice); the offset in the ring is the position modulo the
-//! ring's line count. An entry never straddles the end of the ring: the
+//! ring's line count, a power of two. An entry never straddles the end of the ring: the
 //! writer puts a [`Kind::Wrap`] marker in the remaining lines and starts
 //! again at line 0.
 //!
@@ -122,15 +122,15 @@ pub struct Placement {
 }
 
 /// Plans an entry of `lines` lines at writer position `write`, with the
-/// reader known to have consumed up to `read`, in a ring of `ring` lines.
-/// `None` when there is not room now.
+/// reader known to have consumed up to `read`, in a ring of `ring` lines
+/// (a power of two). `None` when there is not room now.
 pub fn place(write: u64, read: u64, ring: u64, lines: u64) -> Option<Placement> {
     let used = write.checked_sub(read)?;
-    if used > ring || lines == 0 || lines > ring {
+    if !ring.is_power_of_two() || used > ring || lines == 0 || lines > ring {
         return None;
     }
     let free = ring - used;
-    let off = write % ring;
+    let off = write & (ring - 1);
     let to_end = ring - off;
     if lines <= to_end {
         (lines <= free).then_some(Placement {
@@ -234,7 +234,7 @@ mod tests {
     fn placements_never_overlap_unread_lines() {
         // Simulate a writer and a lagging reader; every placed entry must
         // lie in lines the reader has consumed or never seen.
-        let ring = 13u64;
+        let ring = 16u64;
         let (mut w, mut r) = (0u64, 0u64);
         let mut live: std::collections::VecDeque<(u64, u64)> = Default::default();
         let mut x = 0x9e37_79b9u64;

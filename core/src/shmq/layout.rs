@@ -40,8 +40,8 @@ const TAG_DOMAIN: &[u8] = b"fireopal-shm queue segment";
 pub struct LayoutParams {
     /// Processes on the node (one fast box each).
     pub local_size: u32,
-    /// Bytes of each fast-box ring; a multiple of [`LINE`], at least twice
-    /// `fbox_max_entry`.
+    /// Bytes of each fast-box ring: a power-of-two number of lines, at
+    /// least twice `fbox_max_entry`.
     pub fbox_bytes: u32,
     /// Largest fast-box entry, its header word included; a multiple of
     /// [`LINE`] between one line and 32 KiB.
@@ -108,6 +108,7 @@ impl Layout {
             return Err(Malformed::OutOfRange("fast-box entry size"));
         }
         if p.fbox_bytes % line != 0
+            || !(p.fbox_bytes / line).is_power_of_two()
             || (p.fbox_bytes as u64) < 2 * p.fbox_max_entry as u64
             || p.fbox_bytes > 1 << 24
         {

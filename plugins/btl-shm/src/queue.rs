@@ -150,6 +150,7 @@ pub(crate) struct FboxReader {
 
 impl FboxReader {
     pub(crate) fn new(layout: &Layout, local: u32) -> Option<Self> {
+        // The layout checked that the ring is a power of two lines.
         Some(Self {
             ring: layout.fbox_ring(local)?,
             ctl: layout.fbox_ctl(local)?,
@@ -163,7 +164,7 @@ impl FboxReader {
     /// The item at the reader's position, checked.
     #[inline]
     pub(crate) fn peek<'m>(&self, view: &View<'m>) -> Result<FboxItem<'m>, Malformed> {
-        let off = self.read % self.lines;
+        let off = self.read & (self.lines - 1);
         let at = self.ring + off as usize * LINE;
         let word = view
             .word(at)
@@ -188,7 +189,7 @@ impl FboxReader {
     /// line so that no stale word is ever taken for a header.
     #[inline]
     pub(crate) fn consume(&mut self, view: &View<'_>, lines: Option<u64>) {
-        let off = self.read % self.lines;
+        let off = self.read & (self.lines - 1);
         let n = lines.unwrap_or(self.lines - off);
         for k in 0..n {
             if let Some(w) = view.word(self.ring + (off + k) as usize * LINE) {

@@ -251,21 +251,23 @@ struct State {
     peers: Vec<Option<Peer>>,
     /// Local indices of peers that are read from.
     active: Vec<u32>,
-    local_of_rank: HashMap<Rank, u32>,
+    local_of_rank: IdMap<Rank, u32>,
     /// Peers with pending work.
     backlog: Vec<u32>,
     /// Queue fragments from senders not added yet, by local index.
     stash: Vec<VecDeque<(u32, OwnedFrag)>>,
+    /// Fragments in `stash`.
+    stashed: usize,
     cache: RegCache<PeerMapper>,
     cache_id: TransportId,
     mapper: Arc<std::sync::Mutex<Option<MapRequest>>>,
     next_seg_id: u64,
     buffers: Buffers,
     staging: Staging,
-    rts: HashMap<u64, RtsOut>,
-    rdma: HashMap<u64, RdmaOut>,
+    rts: IdMap<u64, RtsOut>,
+    rdma: IdMap<u64, RdmaOut>,
     next_op: u64,
-    regs: HashMap<u64, LocalReg>,
+    regs: IdMap<u64, LocalReg>,
     next_reg: u64,
     /// Whether process_vm_readv works at all here, or why not.
     cma: Result<(), String>,
@@ -284,6 +286,32 @@ pub struct ShmTransport {
     own: Own,
     st: State,
 }
+
+/// Hasher of the transport's integer keys (ranks, operation ids): one
+/// multiplication, where the default SipHash costs tens of nanoseconds on
+/// the send path. The keys come from this process or the host, not from
+/// peers, so there is nothing to defend against.
+#[derive(Debug, Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 fn io_error(what: &str, e: std::io::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{what}: {e}"))
@@ -326,8 +354,10 @@ impl ShmTransport {
         let fbox_max = round_up(cfg.fbox_max.max(LINE), LINE);
         let params = LayoutParams {
             local_size: job.local_size,
-            fbox_bytes: u32::try_from(round_up(cfg.fbox_size.max(2 * fbox_max), LINE))
-                .map_err(|_| PluginError::invalid("fast-box size too large"))?,
+            fbox_bytes: u32::try_from(
+                (cfg.fbox_size.max(2 * fbox_max).div_ceil(LINE)).next_power_of_two() * LINE,
+            )
+            .map_err(|_| PluginError::invalid("fast-box size too large"))?,
             fbox_max_entry: u32::try_from(fbox_max)
                 .map_err(|_| PluginError::invalid("fast-box entry size too large"))?,
             fifo_slots: cfg.fifo_slots,
@@ -391,19 +421,20 @@ impl ShmTransport {
                 own_layout: layout,
                 peers: (0..local_size).map(|_| None).collect(),
                 active: Vec::new(),
-                local_of_rank: HashMap::new(),
+                local_of_rank: IdMap::default(),
                 backlog: Vec::new(),
                 stash: (0..local_size).map(|_| VecDeque::new()).collect(),
+                stashed: 0,
                 cache,
                 cache_id,
                 mapper: request,
                 next_seg_id: 1,
                 buffers: Buffers::default(),
                 staging: Staging::new(cfg.staging_chunk, cfg.staging_limit),
-                rts: HashMap::new(),
-                rdma: HashMap::new(),
+                rts: IdMap::default(),
+                rdma: IdMap::default(),
                 next_op: 1,
-                regs: HashMap::new(),
+                regs: IdMap::default(),
                 next_reg: 1,
                 cma,
                 events: VecDeque::new(),
@@ -1645,11 +1676,12 @@ impl ShmTransport {
         let view = own.seg.map.view();
         let mut events = 0;
         // Fragments that arrived before their sender was added.
-        if st.stash.iter().any(|s| !s.is_empty()) {
+        if st.stashed > 0 {
             for p in st.active.clone() {
                 while let Some((seq, frag)) =
                     st.stash.get_mut(p as usize).and_then(VecDeque::pop_front)
                 {
+                    st.stashed -= 1;
                     events += st.take_fragment(
                         &view,
                         p,
@@ -1727,6 +1759,7 @@ impl ShmTransport {
                                     parts: [data, &[], &[]],
                                 };
                                 stash.push_back((h.seq, OwnedFrag::of(&frag)));
+                                st.stashed += 1;
                             }
                         }
                         None => {
@@ -1796,6 +1829,7 @@ impl Transport for ShmTransport {
             self.st.drop_peer_work(p, peer, gone.pending);
         }
         if let Some(stash) = self.st.stash.get_mut(p as usize) {
+            self.st.stashed -= stash.len();
             stash.clear();
         }
         Ok(())
