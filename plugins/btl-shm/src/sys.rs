@@ -114,6 +114,18 @@ pub(crate) fn fetch_fd(pidfd: RawFd, pid: u32, fd: u32) -> io::Result<OwnedFd> {
     }
 }
 
+/// Whether the process behind `pidfd` exited (its pidfd is readable).
+pub(crate) fn process_exited(pidfd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+}
+
 /// Reads `len` bytes at `remote` in process `pid` into `local`.
 ///
 /// # Safety

@@ -35,6 +35,12 @@ use crate::{attributes, sys, Config};
 const MAX_HEADER: usize = u8::MAX as usize;
 /// Entries taken from one fast box per `progress` call.
 const FBOX_BATCH: usize = 64;
+/// Largest bounce buffer kept between rendezvous read with
+/// process_vm_readv.
+const BOUNCE_KEEP: usize = 64 << 20;
+/// `progress` calls between checks that the peers this process waits for
+/// are still alive.
+const LIVENESS_PERIOD: u32 = 1024;
 
 /// How many fragments and transfers went which way (for tests and
 /// tuning).
@@ -272,6 +278,8 @@ struct State {
     /// Whether process_vm_readv works at all here, or why not.
     cma: Result<(), String>,
     events: VecDeque<Event>,
+    /// Counts `progress` calls with work outstanding.
+    liveness_tick: u32,
     bounce: Vec<u8>,
     counters: Counters,
 }
@@ -438,6 +446,7 @@ impl ShmTransport {
                 next_reg: 1,
                 cma,
                 events: VecDeque::new(),
+                liveness_tick: 0,
                 bounce: Vec::new(),
                 counters: Counters::default(),
                 cfg,
@@ -1541,7 +1550,31 @@ impl State {
                 }
                 self.counters.rndv_cma += 1;
                 sink.deliver(rank, tag, header, self.bounce.get(..len).unwrap_or(&[]));
+                if self.bounce.len() > BOUNCE_KEEP {
+                    // Do not hold on to the memory of one huge message.
+                    self.bounce = Vec::new();
+                }
                 Status::Ok
+            }
+        }
+    }
+
+    /// Fails the peers whose process exited: what waits for them would
+    /// otherwise wait forever (a dead peer never drains its queues nor
+    /// answers a rendezvous).
+    fn check_liveness(&mut self) {
+        for p in self.active.clone() {
+            let exited = self
+                .peers
+                .get(p as usize)
+                .and_then(Option::as_ref)
+                .map(|peer| (peer.rank, sys::process_exited(peer.pidfd.as_raw_fd())));
+            if let Some((rank, true)) = exited {
+                let error = PluginError::new(
+                    ErrorKind::PEER_FAILED,
+                    format!("the process of rank {rank} exited"),
+                );
+                self.fail_peer(p, error);
             }
         }
     }
@@ -1942,6 +1975,12 @@ impl Transport for ShmTransport {
         events += self.receive(sink);
         if !self.st.backlog.is_empty() {
             self.st.flush();
+        }
+        if !self.st.backlog.is_empty() || !self.st.rts.is_empty() || !self.st.rdma.is_empty() {
+            self.st.liveness_tick += 1;
+            if self.st.liveness_tick % LIVENESS_PERIOD == 0 {
+                self.st.check_liveness();
+            }
         }
         if !self.st.events.is_empty() {
             events += self.st.report(sink);

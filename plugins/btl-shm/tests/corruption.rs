@@ -238,3 +238,43 @@ fn corrupt_headers_are_reported_for_their_writer() {
     );
     eprintln!("{}", out[VICTIM as usize]);
 }
+
+/// A peer that exits while a rendezvous send to it waits: the send
+/// completes once, with an error, and the peer is reported failed.
+fn peer_exits(ctx: &mut Ctx) -> Result<String, String> {
+    ctx.barrier();
+    if ctx.rank == 1 {
+        return Ok("exiting".into());
+    }
+    let mut sink = Sink::keeping();
+    let big = vec![1u8; 1 << 20];
+    ctx.module
+        .send(1, 1, &[], &big, 5)
+        .map_err(|e| e.to_string())?;
+    progress_until(&mut ctx.module, &mut sink, Duration::from_secs(30), |s| {
+        !s.failed.is_empty() && !s.sends.is_empty()
+    })?;
+    for _ in 0..5000 {
+        ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+    }
+    if sink.failed.len() != 1
+        || sink.failed[0].0 != 1
+        || sink.failed[0].1.kind != ErrorKind::PEER_FAILED
+    {
+        return Err(format!("failures: {:?}", sink.failed));
+    }
+    if sink.sends.len() != 1 || sink.sends[0].0 != 5 || sink.sends[0].1.is_ok() {
+        return Err(format!("completions: {:?}", sink.sends));
+    }
+    match ctx.module.send(1, 1, &[], b"x", 6) {
+        Err(e) if e.kind == ErrorKind::PEER_FAILED => {}
+        other => return Err(format!("send to an exited peer gave {other:?}")),
+    }
+    Ok(format!("{}", sink.failed[0].1))
+}
+
+#[test]
+fn an_exited_peer_is_reported_and_its_sends_fail_once() {
+    let out = run(Job::default(), peer_exits);
+    eprintln!("{}", out[0]);
+}
