@@ -6,7 +6,7 @@
 //! | offset | what |
 //! |---|---|
 //! | `0` | header ([`HEADER_LEN`] bytes, then zero up to [`PAGE`]) |
-//! | `PAGE + i·stride` | fast box of the sender with local index `i`: one control line (the owner's read position), then the ring of `fbox_bytes` |
+//! | `PAGE + i·stride` | fast box of the sender with local index `i`: one control line (the owner's read position, and whether it reads the sender's memory directly), then the ring of `fbox_bytes` |
 //! | `fifo_tail` | the receive queue's tail counter, on its own line |
 //! | `fifo_tail + LINE + j·fifo_slot_bytes` | queue slot `j` |
 //!
@@ -32,6 +32,11 @@ pub const MAX_LOCAL: u32 = 1 << 15;
 /// Offset of a queue slot's fragment data (after the ring sequence word
 /// and the two header words).
 pub const SLOT_DATA: usize = 24;
+/// Value of a fast box's control word 1 when the segment's owner reads the
+/// sender's memory with `process_vm_readv` (anything else: it does not).
+pub const CMA_READS: u64 = u64::from_le_bytes(*b"CMAREADS");
+/// Offset of that word in the control line.
+pub const CMA_WORD: usize = 8;
 /// Domain string of the queue segment's job tag.
 const TAG_DOMAIN: &[u8] = b"fireopal-shm queue segment";
 
@@ -155,9 +160,11 @@ impl Layout {
         self.total
     }
 
-    /// Offset of the control line of sender `local`'s fast box (the
-    /// owner's read position, a `u64` counting lines), `None` past the
-    /// local size.
+    /// Offset of the control line of sender `local`'s fast box, `None`
+    /// past the local size. The owner writes it, the sender reads it: word
+    /// 0 is the owner's read position (lines consumed), word 1 says
+    /// whether the owner reads the sender's memory with
+    /// `process_vm_readv` ([`CMA_READS`] when it does).
     pub fn fbox_ctl(&self, local: u32) -> Option<usize> {
         (local < self.params.local_size).then(|| PAGE + local as usize * self.stride)
     }

@@ -16,7 +16,9 @@ use fireopal_abi::btl::{
 use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::regcache::{self, CacheStats, RegCache, RegCacheConfig, TransportId};
-use fireopal_core::shmq::layout::{Header, HeaderExpect, Layout, LayoutParams, MAGIC, SLOT_DATA};
+use fireopal_core::shmq::layout::{
+    Header, HeaderExpect, Layout, LayoutParams, CMA_READS, CMA_WORD, MAGIC, SLOT_DATA,
+};
 use fireopal_core::shmq::wire::{
     self, Address, Fin, GetData, GetRequest, PutAck, PutData, RemoteKey, Rts, SegmentRef, Source,
     Status, Unmap, GET_DATA_LEN, PUT_DATA_LEN, RTS_LEN,
@@ -58,6 +60,8 @@ pub struct Counters {
     pub rndv_cma: u64,
     /// Rendezvous sends this process staged (copied) first.
     pub rndv_staged: u64,
+    /// In-place sends staged after the receiver could not read them.
+    pub rndv_fallbacks: u64,
     /// RDMA operations done through a segment mapping.
     pub rdma_mapped: u64,
     /// RDMA operations done with process_vm_readv/writev.
@@ -147,7 +151,23 @@ enum Event {
 struct RtsOut {
     peer: u32,
     cookie: u64,
-    stage: Option<StageSlot>,
+    origin: Origin,
+}
+
+/// Where the payload of a rendezvous send waits.
+#[derive(Debug)]
+enum Origin {
+    /// Copied into the staging pool.
+    Staged(StageSlot),
+    /// Where the caller keeps it (an in-place send); remembered so that the
+    /// send can fall back to staging when the receiver cannot read it.
+    InPlace {
+        tag: u8,
+        header: [u8; MAX_HEADER],
+        hdr_len: u8,
+        addr: usize,
+        len: usize,
+    },
 }
 
 /// An emulated RDMA operation waiting for the target.
@@ -239,6 +259,23 @@ struct Own {
     seg: LocalSegment,
     layout: Layout,
     fifo: FifoReader,
+}
+
+impl Own {
+    /// Publishes, in sender `local`'s control line, whether this process
+    /// reads that sender's memory with process_vm_readv.
+    fn set_cma_flag(&self, local: u32, reads: bool) {
+        let word = self
+            .layout
+            .fbox_ctl(local)
+            .and_then(|ctl| self.seg.map.view().word(ctl + CMA_WORD));
+        if let Some(w) = word {
+            w.store(
+                if reads { CMA_READS } else { 0 },
+                std::sync::atomic::Ordering::Release,
+            );
+        }
+    }
 }
 
 /// Everything but the own segment, so that data borrowed from the segment
@@ -559,7 +596,7 @@ impl ShmTransport {
                 seg,
                 offset: addr - seg.base,
             })
-        } else if self.st.peer_cma(p) {
+        } else if self.st.reads_me(p) {
             Some(Source::Address(addr))
         } else {
             None
@@ -567,8 +604,17 @@ impl ShmTransport {
         match source {
             Some(source) => {
                 self.st.check_send_size(header, len)?;
+                let mut kept = [0u8; MAX_HEADER];
+                kept[..header.len()].copy_from_slice(header);
+                let origin = Origin::InPlace {
+                    tag,
+                    header: kept,
+                    hdr_len: header.len() as u8,
+                    addr: payload.addr(),
+                    len,
+                };
                 self.st
-                    .send_rts(p, tag, header, len as u64, source, cookie, None)?;
+                    .send_rts(p, tag, header, len as u64, source, cookie, origin)?;
                 Ok(Completion::Pending)
             }
             None => self.st.send(p, tag, header, bytes, cookie),
@@ -627,6 +673,21 @@ impl State {
         }
     }
 
+    /// Whether peer `p` said it reads this process's memory with
+    /// process_vm_readv (the flag it keeps in its segment for this
+    /// process), so an in-place send may leave the payload where it is.
+    fn reads_me(&self, p: u32) -> bool {
+        let Some(peer) = self.peers.get(p as usize).and_then(Option::as_ref) else {
+            return false;
+        };
+        peer.layout
+            .fbox_ctl(self.local)
+            .and_then(|ctl| peer.seg.view().word(ctl + CMA_WORD))
+            .is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed) == CMA_READS)
+    }
+
+    /// Whether this process reads and writes peer `p`'s memory with
+    /// process_vm_readv/writev.
     fn peer_cma(&self, p: u32) -> bool {
         self.cma.is_ok()
             && self
@@ -786,7 +847,7 @@ impl State {
             seg,
             offset: slot.offset,
         };
-        self.send_rts(p, tag, header, len, source, cookie, Some(slot))
+        self.send_rts(p, tag, header, len, source, cookie, Origin::Staged(slot))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -798,32 +859,34 @@ impl State {
         len: u64,
         source: Source,
         cookie: u64,
-        stage: Option<StageSlot>,
+        origin: Origin,
     ) -> Result<(), PluginError> {
         let id = self.next_op;
         self.next_op += 1;
         let rts = Rts { id, len, source }.encode();
-        self.rts.insert(
-            id,
-            RtsOut {
-                peer: p,
-                cookie,
-                stage,
-            },
-        );
         let frag = Frag {
             kind: Kind::Rts,
             tag,
             hdr_len: header.len() as u8,
             parts: [&rts, header, &[]],
         };
+        // Recorded only once the request is out (or queued): if writing
+        // fails, the caller gets the error and no completion ever follows.
+        // Nothing can answer before this returns.
         if let Err(e) = self.emit(p, &frag, None) {
-            self.rts.remove(&id);
-            if let Some(slot) = stage {
+            if let Origin::Staged(slot) = origin {
                 self.free_stage(&slot);
             }
             return Err(e);
         }
+        self.rts.insert(
+            id,
+            RtsOut {
+                peer: p,
+                cookie,
+                origin,
+            },
+        );
         Ok(())
     }
 
@@ -888,6 +951,7 @@ impl State {
         else {
             return;
         };
+        let mut failure = None;
         while let Some(front) = queue.front_mut() {
             match self.step(p, front) {
                 Ok(true) => {
@@ -895,15 +959,20 @@ impl State {
                 }
                 Ok(false) => break,
                 Err(e) => {
-                    self.fail_peer(p, e);
+                    failure = Some(e);
                     break;
                 }
             }
         }
         if let Some(peer) = self.peers.get_mut(p as usize).and_then(Option::as_mut) {
-            // Work queued while flushing (none is expected) goes after.
+            // `step` never queues to the peer it serves; were it to, that
+            // work goes after.
             queue.append(&mut peer.pending);
             peer.pending = queue;
+        }
+        if let Some(e) = failure {
+            // With the queue back in place, so that its sends fail too.
+            self.fail_peer(p, e);
         }
     }
 
@@ -951,7 +1020,7 @@ impl State {
                     RtsOut {
                         peer: p,
                         cookie: *cookie,
-                        stage: Some(slot),
+                        origin: Origin::Staged(slot),
                     },
                 );
                 let mut data = rts.to_vec();
@@ -1119,7 +1188,7 @@ impl State {
             .collect();
         for id in ids {
             if let Some(r) = self.rts.remove(&id) {
-                if let Some(slot) = r.stage {
+                if let Origin::Staged(slot) = r.origin {
                     self.free_stage(&slot);
                 }
                 self.events.push_back(Event::Send(r.cookie, Err(gone())));
@@ -1351,8 +1420,41 @@ impl State {
                 .ok_or(Malformed::Inconsistent(
                     "completion of an unknown rendezvous",
                 ))?;
-                if let Some(slot) = out.stage {
-                    self.free_stage(&slot);
+                match out.origin {
+                    Origin::Staged(slot) => self.free_stage(&slot),
+                    Origin::InPlace {
+                        tag,
+                        header,
+                        hdr_len,
+                        addr,
+                        len,
+                    } if fin.status == Status::FetchFailed => {
+                        // The receiver could not read it where it is: send
+                        // it again from a staging copy, same cookie.
+                        self.log(
+                            LogLevel::Info,
+                            &format!(
+                                "shm: rank {rank} could not read an in-place payload; staging it"
+                            ),
+                        );
+                        self.counters.rndv_fallbacks += 1;
+                        // SAFETY: an in-place payload stays valid until its
+                        // completion, which has not been reported yet.
+                        let bytes = unsafe { mem::local_bytes(addr, len) };
+                        let header = header.get(..usize::from(hdr_len)).unwrap_or(&[]);
+                        return Ok(match self.send(p, tag, header, bytes, out.cookie) {
+                            Ok(Completion::Pending) => 0,
+                            Ok(Completion::Done) => {
+                                sink.send_complete(out.cookie, Ok(()));
+                                1
+                            }
+                            Err(e) => {
+                                sink.send_complete(out.cookie, Err(e));
+                                1
+                            }
+                        });
+                    }
+                    Origin::InPlace { .. } => {}
                 }
                 sink.send_complete(out.cookie, status_result(fin.status, "rendezvous send"));
                 Ok(1)
@@ -1593,7 +1695,9 @@ impl State {
 
     // ----- endpoints -------------------------------------------------------
 
-    fn add_peer(&mut self, addr: &PeerAddress<'_>) -> Result<(), String> {
+    /// Adds one peer; returns its local index and whether this process
+    /// reads its memory with process_vm_readv.
+    fn add_peer(&mut self, addr: &PeerAddress<'_>) -> Result<(u32, bool), String> {
         if addr.rank == self.rank {
             return Err("own rank (the self transport serves it)".into());
         }
@@ -1670,6 +1774,7 @@ impl State {
                 &format!("shm: process_vm_readv not used with rank {}: {why}", a.rank),
             );
         }
+        let cma_ok = cma.is_ok();
         self.peers[a.local as usize] = Some(Peer {
             rank: a.rank,
             pid: a.pid,
@@ -1686,7 +1791,7 @@ impl State {
         });
         self.active.push(a.local);
         self.local_of_rank.insert(a.rank, a.local);
-        Ok(())
+        Ok((a.local, cma_ok))
     }
 }
 
@@ -1840,7 +1945,12 @@ impl Transport for ShmTransport {
                     };
                 }
                 match self.st.add_peer(addr) {
-                    Ok(()) => Reachability::Reachable,
+                    Ok((local, cma)) => {
+                        // Tell the peer whether it may leave in-place
+                        // payloads where they are.
+                        self.own.set_cma_flag(local, cma);
+                        Reachability::Reachable
+                    }
                     Err(why) => {
                         self.st.log(
                             LogLevel::Debug,
@@ -2082,6 +2192,7 @@ impl ShmTransport {
                     if let Some(peer) = self.st.peers.get_mut(p as usize).and_then(Option::as_mut) {
                         peer.cma = Err(why);
                     }
+                    self.own.set_cma_flag(p, false);
                 }
                 Err(e) => return Err(io_error(what, e)),
             }

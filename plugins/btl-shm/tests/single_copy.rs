@@ -602,3 +602,54 @@ fn process_vm_readv_declined_cleanly_without_permission() {
     );
     eprintln!("{out:?}");
 }
+
+/// The receiver loses process_vm_readv after telling the sender it reads
+/// its memory: the in-place send falls back to a staging copy, delivers
+/// the right bytes and completes once, without error.
+fn in_place_fallback(ctx: &mut Ctx) -> Result<String, String> {
+    let mut sink = Sink::keeping();
+    if ctx.rank == 1 {
+        forbid_cma(1);
+        ctx.barrier();
+        progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
+            !s.messages.is_empty()
+        })?;
+        if !matches(&sink.messages[0].3, 0, 1, 8) || sink.messages[0].3.len() != HEAP_LEN {
+            return Err("fallback payload is wrong".into());
+        }
+        while !ctx.module.is_quiet() {
+            ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+        }
+        ctx.barrier();
+        return Ok(String::new());
+    }
+    ctx.barrier();
+    let mut heap = vec![0u8; HEAP_LEN];
+    fill(&mut heap, 0, 1, 8);
+    // SAFETY: `heap` stays untouched until the completion.
+    let c = unsafe { ctx.module.send_in_place(1, 1, &[], region(&mut heap), 3) }
+        .map_err(|e| e.to_string())?;
+    if c != Completion::Pending {
+        return Err("in-place send was not a rendezvous".into());
+    }
+    progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
+        !s.sends.is_empty()
+    })?;
+    for _ in 0..1000 {
+        ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+    }
+    if sink.sends.len() != 1 || sink.sends[0].1.is_err() {
+        return Err(format!("completions: {:?}", sink.sends));
+    }
+    let c = ctx.module.counters();
+    if c.rndv_staged != 1 || c.rndv_fallbacks != 1 {
+        return Err(format!("no fallback to staging: {c:?}"));
+    }
+    ctx.barrier();
+    Ok("fell back".into())
+}
+
+#[test]
+fn in_place_send_falls_back_to_staging_when_the_receiver_cannot_read() {
+    run(Job::default(), in_place_fallback);
+}
