@@ -121,6 +121,9 @@ fn bandwidth(ctx: &mut Ctx, b: &mut Bench, size: usize, windows: u64, path: Path
         if ctx.rank == 0 {
             for _ in 0..WINDOW {
                 b.send(&mut ctx.module, peer, size, path);
+                // As a nonblocking send in MPI would, let the transport
+                // progress between sends (completions free staging room).
+                ctx.module.progress(&mut b.sink).expect("progress");
             }
             b.wait_received(&mut ctx.module, base + 1);
         } else {
