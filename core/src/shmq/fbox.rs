@@ -4,10 +4,11 @@
 //! its data (active-message header, then payload, or a control message);
 //! it takes whole lines. The writer stores the data first and the header
 //! word last, with release ordering; the reader loads the header word with
-//! acquire ordering. A zero word means "nothing yet": after consuming an
-//! entry the reader zeroes the first word of each of its lines, so every
-//! line start the reader can reach holds either zero or a header written in
-//! the current lap, never stale payload.
+//! acquire ordering. A zero word means "nothing yet": before it hands
+//! consumed lines back to the writer (by publishing its position), the
+//! reader zeroes the first word of each, so every line start the reader can
+//! reach holds either zero or a header written in the current lap, never
+//! stale payload.
 //!
 //! Positions are counted in lines since the ring was made (`u64`, never
 //! wrapping in practice); the offset in the ring is the position modulo the

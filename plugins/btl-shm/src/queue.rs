@@ -146,18 +146,30 @@ pub(crate) struct FboxReader {
     max_entry: usize,
     read: u64,
     published: u64,
+    /// Lines consumed before the reader tells the writer.
+    batch: u64,
 }
 
 impl FboxReader {
     pub(crate) fn new(layout: &Layout, local: u32) -> Option<Self> {
-        // The layout checked that the ring is a power of two lines.
+        // The layout checked that the ring is a power of two lines, at
+        // least twice the largest entry.
+        let lines = layout.fbox_lines();
+        let max_entry = layout.params().fbox_max_entry as usize;
+        let entry_lines = (max_entry / LINE) as u64;
+        // Lines read but not yet handed back must leave the writer room
+        // for its largest entry plus a wrap: at most `lines - 2·entry`.
+        let batch = (lines / 4)
+            .min(lines.saturating_sub(2 * entry_lines) + 1)
+            .max(1);
         Some(Self {
             ring: layout.fbox_ring(local)?,
             ctl: layout.fbox_ctl(local)?,
-            lines: layout.fbox_lines(),
-            max_entry: layout.params().fbox_max_entry as usize,
+            lines,
+            max_entry,
             read: 0,
             published: 0,
+            batch,
         })
     }
 
@@ -185,30 +197,37 @@ impl FboxReader {
     }
 
     /// Consumes the entry at the reader's position (`lines` lines), or the
-    /// wrap marker there (`lines == None`): zeroes the first word of each
-    /// line so that no stale word is ever taken for a header.
+    /// wrap marker there (`lines == None`).
     #[inline]
-    pub(crate) fn consume(&mut self, view: &View<'_>, lines: Option<u64>) {
+    pub(crate) fn consume(&mut self, lines: Option<u64>) {
         let off = self.read & (self.lines - 1);
-        let n = lines.unwrap_or(self.lines - off);
-        for k in 0..n {
-            if let Some(w) = view.word(self.ring + (off + k) as usize * LINE) {
+        self.read += lines.unwrap_or(self.lines - off);
+    }
+
+    /// Called after every `consume`, so that the reader never gets a ring
+    /// ahead of the lines it zeroed.
+    ///
+    /// Hands consumed lines back to the writer once a batch of them is
+    /// consumed: zeroes the first word of each, so that no stale word is
+    /// ever taken for a header, then stores the read position (release:
+    /// the zeroes are visible before the lines are reused). Batching keeps
+    /// these stores, which steal lines from the writer's cache, off the
+    /// path of each message.
+    #[inline]
+    pub(crate) fn publish(&mut self, view: &View<'_>) {
+        if self.read - self.published < self.batch {
+            return;
+        }
+        for pos in self.published..self.read {
+            let off = pos & (self.lines - 1);
+            if let Some(w) = view.word(self.ring + off as usize * LINE) {
                 w.store(0, Ordering::Relaxed);
             }
         }
-        self.read += n;
-    }
-
-    /// Tells the writer how far the reader got (release: the zeroed words
-    /// are visible before the lines are reused).
-    #[inline]
-    pub(crate) fn publish(&mut self, view: &View<'_>) {
-        if self.read != self.published {
-            if let Some(w) = view.word(self.ctl) {
-                w.store(self.read, Ordering::Release);
-            }
-            self.published = self.read;
+        if let Some(w) = view.word(self.ctl) {
+            w.store(self.read, Ordering::Release);
         }
+        self.published = self.read;
     }
 }
 

@@ -1304,10 +1304,16 @@ impl State {
                     break Ok(());
                 }
                 FboxItem::Wrap(seq) => {
+                    // The marker carries the number of the entry after it.
                     if seq != peer.rx_seq {
-                        break Err(Malformed::Inconsistent("wrap marker out of sequence"));
+                        if until.is_some() || seq_distance(peer.rx_seq, seq) > fifo_slots {
+                            break Err(Malformed::Inconsistent("wrap marker out of sequence"));
+                        }
+                        // Earlier fragments are in the queue.
+                        break Ok(());
                     }
-                    peer.fbox_rx.consume(view, None);
+                    peer.fbox_rx.consume(None);
+                    peer.fbox_rx.publish(view);
                     taken += 1;
                 }
                 FboxItem::Entry(h, data) => {
@@ -1322,7 +1328,8 @@ impl State {
                     let lines = h.lines();
                     let handled = self.handle(p, h.kind, h.tag, h.hdr_len, data, sink);
                     if let Some(peer) = self.peers.get_mut(p as usize).and_then(Option::as_mut) {
-                        peer.fbox_rx.consume(view, Some(lines));
+                        peer.fbox_rx.consume(Some(lines));
+                        peer.fbox_rx.publish(view);
                     }
                     taken += 1;
                     match handled {
@@ -1333,7 +1340,6 @@ impl State {
             }
         };
         if let Some(peer) = self.peers.get_mut(p as usize).and_then(Option::as_mut) {
-            peer.fbox_rx.publish(view);
             if let Err(e) = result {
                 let rank = peer.rank;
                 self.fail_peer(p, malformed(rank, "corrupt fast-box entry", e));

@@ -8,6 +8,8 @@
 //! Ignored by default (figures, not checks); run with
 //! `cargo test --release -p fireopal-btl-shm --test bench -- --ignored --nocapture`.
 
+#![allow(unsafe_code)]
+
 mod common;
 
 use std::time::Instant;
@@ -217,12 +219,25 @@ fn pingpong(ctx: &mut Ctx) -> Result<String, String> {
     Ok(out.join("\n"))
 }
 
+/// Pins rank `r` to core `r` (of two), so the processes never share a
+/// core or migrate with their caches.
+fn pin(rank: u32) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it;
+    // sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(rank as usize % 2, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 #[test]
 #[ignore = "prints figures; run in release with --ignored --nocapture"]
 fn pingpong_figures() {
     let out = run(
         Job {
             timeout: std::time::Duration::from_secs(600),
+            setup: Some(pin),
             ..Job::default()
         },
         pingpong,
