@@ -177,6 +177,22 @@ fn pingpong(ctx: &mut Ctx) -> Result<String, String> {
     };
     let mut out = Vec::new();
     let reps = 5;
+    if std::env::var_os("SHM_BENCH_QUICK").is_some() {
+        // The three figures of the targets only, for quick tuning.
+        let v: Vec<f64> = (0..reps)
+            .map(|_| latency(ctx, &mut b, 8, 200_000, Path::Copy))
+            .collect();
+        out.push(format!("latency 8 B: {:.3} us", median(v)));
+        let v: Vec<f64> = (0..reps)
+            .map(|_| latency(ctx, &mut b, 64 << 10, 5_000, Path::InPlace))
+            .collect();
+        out.push(format!("latency 65536 B in place: {:.3} us", median(v)));
+        let v: Vec<f64> = (0..reps)
+            .map(|_| bandwidth(ctx, &mut b, 1 << 20, 20, Path::Copy))
+            .collect();
+        out.push(format!("bandwidth 1048576 B: {:.2} GB/s", median(v)));
+        return Ok(out.join("\n"));
+    }
     for (size, iters) in [
         (0, 100_000),
         (8, 100_000),
