@@ -173,6 +173,15 @@ impl FboxReader {
         })
     }
 
+    /// Whether anything is at the reader's position: one load, for the
+    /// polling loop (the word is zero until the writer stores a header).
+    #[inline]
+    pub(crate) fn pending(&self, view: &View<'_>) -> bool {
+        let off = self.read & (self.lines - 1);
+        view.word(self.ring + off as usize * LINE)
+            .is_some_and(|w| w.load(Ordering::Relaxed) != 0)
+    }
+
     /// The item at the reader's position, checked.
     #[inline]
     pub(crate) fn peek<'m>(&self, view: &View<'m>) -> Result<FboxItem<'m>, Malformed> {
@@ -327,6 +336,14 @@ pub(crate) struct FifoReader {
 impl FifoReader {
     pub(crate) fn new() -> Self {
         Self { head: 0 }
+    }
+
+    /// Whether the head slot changed since the reader freed it (a
+    /// fragment, or a broken slot): one load, for the polling loop.
+    #[inline]
+    pub(crate) fn pending(&self, view: &View<'_>, layout: &Layout) -> bool {
+        view.word(layout.fifo_slot(self.head))
+            .is_none_or(|w| w.load(Ordering::Relaxed) != self.head)
     }
 
     /// The fragment at the head, checked.

@@ -1840,11 +1840,20 @@ impl ShmTransport {
             }
         }
         for i in 0..st.active.len() {
-            if let Some(&p) = st.active.get(i) {
+            let Some(&p) = st.active.get(i) else { break };
+            let waiting = st
+                .peers
+                .get(p as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|peer| peer.fbox_rx.pending(&view));
+            if waiting {
                 events += st.drain_fbox(&view, p, None, sink).unwrap_or(0);
             }
         }
         let layout = own.layout;
+        if !own.fifo.pending(&view, &layout) {
+            return events;
+        }
         for _ in 0..layout.params().fifo_slots {
             match own.fifo.peek(&view, &layout) {
                 FifoItem::Empty => break,

@@ -308,3 +308,157 @@ fn small_message_overhead() {
     }
     assert_eq!(sink.received, 3 * n);
 }
+
+/// The floor: one cache line bounced between two threads on the two
+/// cores (each waits for the other's value and writes the next), half a
+/// round trip per step.
+#[test]
+#[ignore = "prints figures; run in release with --ignored --nocapture"]
+fn cache_line_floor() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    #[repr(align(64))]
+    struct Line(AtomicU64);
+    let line = std::sync::Arc::new(Line(AtomicU64::new(0)));
+    let n = 2_000_000u64;
+    let other = std::sync::Arc::clone(&line);
+    let t = std::thread::spawn(move || {
+        pin(1);
+        let mut v = 1;
+        while v < n {
+            while other.0.load(Ordering::Acquire) != v {}
+            other.0.store(v + 1, Ordering::Release);
+            v += 2;
+        }
+    });
+    pin(0);
+    let start = Instant::now();
+    let mut v = 0;
+    while v < n {
+        line.0.store(v + 1, Ordering::Release);
+        v += 2;
+        while v < n && line.0.load(Ordering::Acquire) != v {}
+    }
+    let ns = start.elapsed().as_secs_f64() * 1e9 / n as f64;
+    t.join().unwrap();
+    eprintln!("cache line, one way: {ns:.1} ns");
+}
+
+/// Where the time of an 8-byte ping-pong goes: time stamp counters read
+/// before `sendi`, in the handler, and after the answer's `sendi`, on both
+/// sides (the counter is the same on both cores).
+#[cfg(target_arch = "x86_64")]
+fn latency_breakdown(ctx: &mut Ctx) -> Result<String, String> {
+    fn tsc() -> u64 {
+        // SAFETY: reading the time stamp counter has no preconditions.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    struct StampSink {
+        at: u64,
+        received: u64,
+    }
+    impl EventSink for StampSink {
+        fn deliver(&mut self, _: Rank, _: u8, _: &[u8], _: &[u8]) {
+            self.at = tsc();
+            self.received += 1;
+        }
+        fn send_complete(&mut self, _: u64, _: Result<(), PluginError>) {}
+        fn rdma_complete(&mut self, _: u64, _: Result<(), PluginError>) {}
+        fn peer_failed(&mut self, _: Rank, _: PluginError) {}
+    }
+    let n = 100_000usize;
+    let peer = 1 - ctx.rank;
+    let mut sink = StampSink { at: 0, received: 0 };
+    let mut sent = vec![0u64; n];
+    let mut got = vec![0u64; n];
+    let mut after = vec![0u64; n];
+    let mut call = vec![0u64; n];
+    let t0 = (Instant::now(), tsc());
+    for i in 0..n {
+        if ctx.rank == 0 {
+            sent[i] = tsc();
+            while ctx
+                .module
+                .sendi(peer, 1, &[], &[0u8; 8])
+                .map_err(|e| e.to_string())?
+                != SendiOutcome::Sent
+            {}
+            after[i] = tsc();
+            while sink.received <= i as u64 {
+                ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+            }
+            got[i] = sink.at;
+        } else {
+            while sink.received <= i as u64 {
+                call[i] = tsc();
+                ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+            }
+            got[i] = sink.at;
+            while ctx
+                .module
+                .sendi(peer, 1, &[], &[0u8; 8])
+                .map_err(|e| e.to_string())?
+                != SendiOutcome::Sent
+            {}
+            sent[i] = tsc();
+        }
+    }
+    let ghz = (tsc() - t0.1) as f64 / t0.0.elapsed().as_nanos() as f64;
+    let mine: Vec<u8> = sent
+        .iter()
+        .chain(&got)
+        .chain(&after)
+        .chain(&call)
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let all = ctx.allgather(&mine);
+    if ctx.rank == 1 {
+        return Ok(String::new());
+    }
+    let words = |b: &[u8]| -> Vec<u64> {
+        b.chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let (r0, r1) = (words(&all[0]), words(&all[1]));
+    let (s0, g0, a0) = (&r0[..n], &r0[n..2 * n], &r0[2 * n..3 * n]);
+    let (s1, g1, c1) = (&r1[..n], &r1[n..2 * n], &r1[3 * n..]);
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let ns = |d: u64| d as f64 / ghz;
+    let skip = n / 10;
+    let one_way: Vec<f64> = (skip..n).map(|i| ns(g1[i].wrapping_sub(s0[i]))).collect();
+    let turn: Vec<f64> = (skip..n).map(|i| ns(s1[i].wrapping_sub(g1[i]))).collect();
+    let back: Vec<f64> = (skip..n).map(|i| ns(g0[i].wrapping_sub(s1[i]))).collect();
+    let round: Vec<f64> = (skip..n).map(|i| ns(g0[i].wrapping_sub(s0[i]))).collect();
+    let sendi: Vec<f64> = (skip..n).map(|i| ns(a0[i].wrapping_sub(s0[i]))).collect();
+    let found: Vec<f64> = (skip..n).map(|i| ns(g1[i].wrapping_sub(c1[i]))).collect();
+    let seen: Vec<f64> = (skip..n)
+        .map(|i| c1[i] as f64 / ghz - a0[i] as f64 / ghz)
+        .collect();
+    Ok(format!(
+        "medians: sendi start to handler {:.0} ns (sendi {:.0} ns; sendi end to the start of the receiver's progress call that found it {:.0} ns; that call to the handler {:.0} ns); handler to answer sent {:.0} ns; answer sent to handler {:.0} ns; round trip {:.0} ns ({ghz:.2} GHz counter)",
+        med(one_way),
+        med(sendi),
+        med(seen),
+        med(found),
+        med(turn),
+        med(back),
+        med(round)
+    ))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore = "prints figures; run in release with --ignored --nocapture"]
+fn latency_breakdown_figures() {
+    let out = run(
+        Job {
+            setup: Some(pin),
+            ..Job::default()
+        },
+        latency_breakdown,
+    );
+    eprintln!("{}", out[0]);
+}
