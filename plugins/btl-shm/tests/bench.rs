@@ -462,3 +462,42 @@ fn latency_breakdown_figures() {
     );
     eprintln!("{}", out[0]);
 }
+
+/// The floor of a fast-box ping-pong: the same ring pattern as the fast
+/// boxes (each message in the next line of a 128-line ring, a sequence
+/// number in its first word, one ring per direction), with no transport
+/// code at all.
+#[test]
+#[ignore = "prints figures; run in release with --ignored --nocapture"]
+fn ring_floor() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    #[repr(align(64))]
+    struct Line([AtomicU64; 8]);
+    const LINES: usize = 128;
+    let rings: std::sync::Arc<Vec<Line>> =
+        std::sync::Arc::new((0..2 * LINES).map(|_| Line(Default::default())).collect());
+    let n = 2_000_000u64;
+    let other = std::sync::Arc::clone(&rings);
+    let t = std::thread::spawn(move || {
+        pin(1);
+        for i in 1..=n {
+            let slot = &other[(i as usize) % LINES].0;
+            while slot[0].load(Ordering::Acquire) != i {}
+            let back = &other[LINES + (i as usize) % LINES].0;
+            back[1].store(i, Ordering::Relaxed);
+            back[0].store(i, Ordering::Release);
+        }
+    });
+    pin(0);
+    let start = Instant::now();
+    for i in 1..=n {
+        let slot = &rings[(i as usize) % LINES].0;
+        slot[1].store(i, Ordering::Relaxed);
+        slot[0].store(i, Ordering::Release);
+        let back = &rings[LINES + (i as usize) % LINES].0;
+        while back[0].load(Ordering::Acquire) != i {}
+    }
+    let ns = start.elapsed().as_secs_f64() * 1e9 / n as f64 / 2.0;
+    t.join().unwrap();
+    eprintln!("cache line ring, one way: {ns:.1} ns");
+}
