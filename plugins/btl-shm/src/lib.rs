@@ -39,8 +39,11 @@
 //! - [`ShmTransport::send_in_place`] skips the staging copy when the
 //!   caller keeps the payload until completion: memory of a
 //!   [`TransferBuffer`] (a memfd segment) is read by the receiver after
-//!   mapping it once; other memory with `process_vm_readv` when permitted;
-//!   otherwise it is staged.
+//!   mapping it once; other memory with `process_vm_readv` when the
+//!   receiver said it may (each process probes its peers at `add_peers`
+//!   and publishes the answer in its segment); otherwise it is staged. A
+//!   receiver that cannot read an in-place payload after all answers so,
+//!   and the sender stages it then.
 //! - `put`/`get` on registered memory: one `memcpy` through a cached
 //!   mapping when the memory is in a transfer buffer, `process_vm_readv` /
 //!   `writev` when permitted, otherwise emulated with fragments through the
@@ -50,6 +53,12 @@
 //! [`RegCache`](fireopal_core::regcache::RegCache) until their owner says
 //! it unmapped them (a notice sent to every peer when a transfer buffer or
 //! a dedicated staging segment goes away).
+//!
+//! # Failures
+//!
+//! A peer whose process exits is noticed through its pidfd while work
+//! waits for it (queued fragments, rendezvous, emulated RDMA): it is
+//! reported failed and that work fails, each completion once.
 //!
 //! # Corruption
 //!
