@@ -50,6 +50,9 @@ enum Path {
     Copy,
     /// `send_in_place` from a transfer buffer (receiver maps it).
     InPlace,
+    /// `send_in_place` from ordinary heap memory (receiver reads it with
+    /// process_vm_readv into a bounce buffer).
+    InPlaceHeap,
 }
 
 struct Bench {
@@ -62,10 +65,15 @@ struct Bench {
 
 impl Bench {
     fn send(&mut self, m: &mut ShmTransport, peer: Rank, size: usize, path: Path) {
-        if path == Path::InPlace {
-            // SAFETY: the transfer buffer is never written while sends
-            // from it are in flight.
-            let r = unsafe { MemRegion::new(self.buf.as_ptr(), size) };
+        if path != Path::Copy {
+            let ptr = if path == Path::InPlace {
+                self.buf.as_ptr()
+            } else {
+                self.src.as_mut_ptr()
+            };
+            // SAFETY: neither buffer is written while sends from it are
+            // in flight.
+            let r = unsafe { MemRegion::new(ptr, size) };
             // SAFETY: as above.
             let c = unsafe { m.send_in_place(peer, 1, &[], r, 0) }.expect("send_in_place");
             self.pending += u64::from(c == Completion::Pending);
@@ -214,6 +222,15 @@ fn pingpong(ctx: &mut Ctx) -> Result<String, String> {
             .collect();
         out.push(format!("latency {size} B in place: {:.3} us", median(v)));
     }
+    for (size, iters) in [(64 << 10, 5_000), (1 << 20, 500), (4 << 20, 100)] {
+        let v: Vec<f64> = (0..reps)
+            .map(|_| latency(ctx, &mut b, size, iters, Path::InPlaceHeap))
+            .collect();
+        out.push(format!(
+            "latency {size} B in place, heap (CMA): {:.3} us",
+            median(v)
+        ));
+    }
     for (size, windows) in [(8, 2000), (64 << 10, 100), (1 << 20, 20), (4 << 20, 5)] {
         let v: Vec<f64> = (0..reps)
             .map(|_| bandwidth(ctx, &mut b, size, windows, Path::Copy))
@@ -226,6 +243,15 @@ fn pingpong(ctx: &mut Ctx) -> Result<String, String> {
             .collect();
         out.push(format!(
             "bandwidth {size} B in place: {:.2} GB/s",
+            median(v)
+        ));
+    }
+    for (size, windows) in [(64 << 10, 100), (1 << 20, 20), (4 << 20, 5)] {
+        let v: Vec<f64> = (0..reps)
+            .map(|_| bandwidth(ctx, &mut b, size, windows, Path::InPlaceHeap))
+            .collect();
+        out.push(format!(
+            "bandwidth {size} B in place, heap (CMA): {:.2} GB/s",
             median(v)
         ));
     }
