@@ -1326,7 +1326,15 @@ impl State {
                     }
                     peer.rx_seq = seq_next(peer.rx_seq);
                     let lines = h.lines();
-                    let handled = self.handle(p, h.kind, h.tag, h.hdr_len, data, sink);
+                    let handled = if h.kind == Kind::Active {
+                        // The common case, straight to the host.
+                        let (header, payload) =
+                            data.split_at(usize::from(h.hdr_len).min(data.len()));
+                        sink.deliver(peer.rank, h.tag, header, payload);
+                        Ok(1)
+                    } else {
+                        self.handle(p, h.kind, h.tag, h.hdr_len, data, sink)
+                    };
                     if let Some(peer) = self.peers.get_mut(p as usize).and_then(Option::as_mut) {
                         peer.fbox_rx.consume(Some(lines));
                         peer.fbox_rx.publish(view);
@@ -2003,21 +2011,29 @@ impl Transport for ShmTransport {
         header: &[u8],
         payload: &[u8],
     ) -> Result<SendiOutcome, PluginError> {
-        let p = self.st.usable_peer(peer)?;
         if header.len() > MAX_HEADER {
             return Err(PluginError::invalid(format!(
                 "header longer than {MAX_HEADER} bytes"
             )));
         }
-        if header.len() + payload.len() > self.st.cfg.fbox_max.saturating_sub(8) {
-            return Ok(SendiOutcome::Busy);
-        }
-        let local = self.st.local as u16;
         let st = &mut self.st;
-        let Some(target) = st.peers.get_mut(p as usize).and_then(Option::as_mut) else {
-            return Ok(SendiOutcome::Busy);
+        let local = st.local as u16;
+        let too_big = header.len() + payload.len() > st.cfg.fbox_max.saturating_sub(8);
+        let p = st.local_of_rank.get(&peer).copied();
+        let target = p
+            .and_then(|p| st.peers.get_mut(p as usize))
+            .and_then(Option::as_mut);
+        let (p, target) = match (p, target) {
+            (Some(p), Some(t)) if t.failed.is_none() => (p, t),
+            // Unknown, removed or failed: the same answers as `send`.
+            _ => {
+                return Err(st
+                    .usable_peer(peer)
+                    .err()
+                    .unwrap_or_else(|| PluginError::invalid("peer")))
+            }
         };
-        if !target.pending.is_empty() {
+        if too_big || !target.pending.is_empty() {
             return Ok(SendiOutcome::Busy);
         }
         let frag = Frag {

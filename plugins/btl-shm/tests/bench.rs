@@ -527,3 +527,87 @@ fn ring_floor() {
     t.join().unwrap();
     eprintln!("cache line ring, one way: {ns:.1} ns");
 }
+
+/// Address of a shared anonymous mapping made before the job forks.
+static SHARED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The floors in the same setting as the ping-pong (two forked, pinned
+/// processes): one line bounced, and the fast-box ring pattern without
+/// any transport code.
+fn process_floor(ctx: &mut Ctx) -> Result<String, String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const LINES: usize = 128;
+    let base = SHARED.load(Ordering::Relaxed);
+    // SAFETY: the parent mapped 2·LINES+1 lines shared before forking; the
+    // words are only used atomically.
+    let word = |line: usize, w: usize| unsafe {
+        AtomicU64::from_ptr((base + line * 64 + w * 8) as *mut u64)
+    };
+    let n = 1_000_000u64;
+    let me = u64::from(ctx.rank);
+    ctx.barrier();
+    // One line: rank 0 writes odd values, rank 1 even ones.
+    let start = Instant::now();
+    let line = word(2 * LINES, 0);
+    let mut v = me;
+    while v < 2 * n {
+        while line.load(Ordering::Acquire) != v {}
+        line.store(v + 1, Ordering::Release);
+        v += 2;
+    }
+    let single = start.elapsed().as_secs_f64() * 1e9 / (2 * n) as f64;
+    ctx.barrier();
+    // Ring pattern: each message in the next line of the receiver's ring.
+    let (mine, theirs) = if me == 0 { (0, LINES) } else { (LINES, 0) };
+    let mut rings = String::new();
+    for lines in [2usize, 8, 32, 128] {
+        // Fresh sequence numbers: every ring size starts above the last.
+        let first = 1 + (lines as u64) * 10 * n;
+        let start = Instant::now();
+        for i in first..first + n {
+            let slot = i as usize % lines;
+            if me == 0 {
+                word(theirs + slot, 1).store(i, Ordering::Relaxed);
+                word(theirs + slot, 0).store(i, Ordering::Release);
+                while word(mine + slot, 0).load(Ordering::Acquire) != i {}
+            } else {
+                while word(mine + slot, 0).load(Ordering::Acquire) != i {}
+                word(theirs + slot, 1).store(i, Ordering::Relaxed);
+                word(theirs + slot, 0).store(i, Ordering::Release);
+            }
+        }
+        let ring = start.elapsed().as_secs_f64() * 1e9 / (2 * n) as f64;
+        rings.push_str(&format!("; ring of {lines} lines: {ring:.1} ns"));
+        ctx.barrier();
+    }
+    Ok(format!(
+        "cache line (processes), one way: {single:.1} ns{rings}"
+    ))
+}
+
+#[test]
+#[ignore = "prints figures; run in release with --ignored --nocapture"]
+fn process_floor_figures() {
+    // SAFETY: a fresh shared anonymous mapping, never unmapped (the test
+    // process ends soon after).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            64 * 257,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    SHARED.store(p as usize, std::sync::atomic::Ordering::Relaxed);
+    let out = run(
+        Job {
+            setup: Some(pin),
+            ..Job::default()
+        },
+        process_floor,
+    );
+    eprintln!("{}", out[0]);
+}
