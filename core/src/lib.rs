@@ -7,6 +7,8 @@
 //! - [`regcache`]: registration cache on an interval tree;
 //! - [`group`]: process-group representations with MPI group semantics;
 //! - [`buddy`]: the buddy allocator behind the symmetric heap;
+//! - [`shmq`]: layout and checks of the shared-memory transport's queues,
+//!   fast boxes and control messages;
 //! - [`component`]: plain data shared by host and plugins (versions,
 //!   component names);
 //! - [`auth`]: SHA-256 and HMAC-SHA256, for transports that prove a peer
@@ -26,4 +28,5 @@ pub mod buddy;
 pub mod component;
 pub mod group;
 pub mod regcache;
+pub mod shmq;
 pub mod wire;

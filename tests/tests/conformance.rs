@@ -59,6 +59,9 @@ transports! {
     self_one_rank: "self" with 1 ranks;
     tcp_two_ranks: "tcp" with 2 ranks;
     tcp_four_ranks: "tcp" with 4 ranks;
+    shm_two_ranks: "shm" with 2 ranks;
+    shm_four_ranks: "shm" with 4 ranks;
+    shm_eight_ranks: "shm" with 8 ranks;
 }
 
 /// tcp between two "hosts": each rank in its own network namespace, joined

@@ -1,0 +1,250 @@
+//! Shared-memory queues: the pure logic of the `shm` transport.
+//!
+//! The transport itself (memfd segments, mappings, atomics on shared
+//! memory) lives in the `fireopal-btl-shm` plugin; this module owns what
+//! can be decided without touching memory or the operating system, so that
+//! it can be tested on its own and checked by peers of any build:
+//!
+//! - [`layout`]: where the header, the fast boxes and the receive queue sit
+//!   in a process's queue segment, and the checked header peers read
+//!   before they trust a segment;
+//! - [`fbox`]: the one-word entry header of a fast box (a per-pair,
+//!   single-writer ring of cache lines) and the checks a reader applies;
+//! - [`fifo`]: the slot header of the per-receiver multi-writer queue and
+//!   the classification of a slot's sequence word;
+//! - [`wire`]: control messages (rendezvous, completion, unmap notices,
+//!   emulated RDMA), remote keys and published addresses, parsed with
+//!   length checks;
+//! - [`ranges`]: a first-fit allocator of byte ranges (staging buffers);
+//! - [`keyspace`]: how a peer's address range becomes a key of the
+//!   registration cache, one disjoint key space per peer;
+//! - [`siphash`]: SipHash-2-4, the keyed hash that proves a segment was
+//!   made by a member of the job.
+//!
+//! Everything read from shared memory comes from another process, so every
+//! decoder here returns an error rather than trusting a length, an offset
+//! or a kind.
+
+pub mod fbox;
+pub mod fifo;
+pub mod keyspace;
+pub mod layout;
+pub mod ranges;
+pub mod siphash;
+pub mod wire;
+
+use core::fmt;
+
+/// Size of a cache line, the unit of fast-box entries and queue slots.
+pub const LINE: usize = 64;
+
+/// Bits of the per-pair sequence number carried by every fragment.
+pub const SEQ_BITS: u32 = 24;
+/// Mask of a per-pair sequence number.
+pub const SEQ_MASK: u32 = (1 << SEQ_BITS) - 1;
+
+/// The sequence number after `seq`, wrapping at [`SEQ_BITS`].
+pub const fn seq_next(seq: u32) -> u32 {
+    seq.wrapping_add(1) & SEQ_MASK
+}
+
+/// How far `later` is ahead of `earlier`, modulo 2^[`SEQ_BITS`].
+pub const fn seq_distance(earlier: u32, later: u32) -> u32 {
+    later.wrapping_sub(earlier) & SEQ_MASK
+}
+
+/// What a fragment is, in a fast-box entry or a queue slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// An active message, handed to the host.
+    Active = 1,
+    /// Fast box only: the rest of the ring is unused, the next entry is at
+    /// its start.
+    Wrap = 2,
+    /// Rendezvous: the payload is described, the receiver fetches it.
+    Rts = 3,
+    /// Rendezvous done; the sender may complete its send.
+    Fin = 4,
+    /// The owner unmapped a segment; mappings of it must go.
+    Unmap = 5,
+    /// Emulated RDMA read request.
+    GetRequest = 6,
+    /// Bytes answering a [`Kind::GetRequest`].
+    GetData = 7,
+    /// Emulated RDMA write of some bytes.
+    PutData = 8,
+    /// The target of a put wrote everything (or failed).
+    PutAck = 9,
+}
+
+impl Kind {
+    /// The kind of a code read from shared memory.
+    pub const fn from_code(code: u8) -> Option<Kind> {
+        Some(match code {
+            1 => Kind::Active,
+            2 => Kind::Wrap,
+            3 => Kind::Rts,
+            4 => Kind::Fin,
+            5 => Kind::Unmap,
+            6 => Kind::GetRequest,
+            7 => Kind::GetData,
+            8 => Kind::PutData,
+            9 => Kind::PutAck,
+            _ => return None,
+        })
+    }
+}
+
+/// Why bytes read from shared memory or a peer were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// Fewer bytes than the structure needs.
+    Truncated {
+        /// Bytes the structure needs.
+        need: usize,
+        /// Bytes there were.
+        have: usize,
+    },
+    /// A magic number or version did not match.
+    BadMagic,
+    /// A kind code that is not known, or not allowed here.
+    BadKind(u8),
+    /// A length, offset or count outside its allowed range.
+    OutOfRange(&'static str),
+    /// Fields that contradict each other.
+    Inconsistent(&'static str),
+    /// The keyed tag did not match: not made by a member of this job.
+    BadTag,
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated { need, have } => {
+                write!(f, "truncated: need {need} bytes, have {have}")
+            }
+            Self::BadMagic => f.write_str("bad magic number or version"),
+            Self::BadKind(k) => write!(f, "unknown or misplaced fragment kind {k}"),
+            Self::OutOfRange(what) => write!(f, "{what} out of range"),
+            Self::Inconsistent(what) => write!(f, "inconsistent fields: {what}"),
+            Self::BadTag => f.write_str("job tag does not match (not made by a job member)"),
+        }
+    }
+}
+
+impl core::error::Error for Malformed {}
+
+/// Little-endian field reader over bytes that came from elsewhere.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// Reads from `bytes`, which must hold at least `need` bytes.
+    pub(crate) fn new(bytes: &'a [u8], need: usize) -> Result<Self, Malformed> {
+        if bytes.len() < need {
+            return Err(Malformed::Truncated {
+                need,
+                have: bytes.len(),
+            });
+        }
+        Ok(Self { bytes })
+    }
+
+    fn array<const N: usize>(&self, at: usize) -> [u8; N] {
+        let mut out = [0u8; N];
+        if let Some(src) = self.bytes.get(at..at + N) {
+            out.copy_from_slice(src);
+        }
+        out
+    }
+
+    /// The `u8` at `at` (0 past the end; `new` checked the length).
+    pub(crate) fn u8(&self, at: usize) -> u8 {
+        self.array::<1>(at)[0]
+    }
+
+    /// The little-endian `u32` at `at`.
+    pub(crate) fn u32(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.array(at))
+    }
+
+    /// The little-endian `u64` at `at`.
+    pub(crate) fn u64(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self.array(at))
+    }
+
+    /// `N` bytes at `at`.
+    pub(crate) fn bytes<const N: usize>(&self, at: usize) -> [u8; N] {
+        self.array(at)
+    }
+}
+
+/// Little-endian field writer into a fixed array.
+#[derive(Debug)]
+pub(crate) struct Writer<const N: usize> {
+    pub(crate) buf: [u8; N],
+}
+
+impl<const N: usize> Writer<N> {
+    pub(crate) fn new() -> Self {
+        Self { buf: [0; N] }
+    }
+
+    fn put(&mut self, at: usize, src: &[u8]) {
+        if let Some(dst) = self.buf.get_mut(at..at + src.len()) {
+            dst.copy_from_slice(src);
+        }
+    }
+
+    pub(crate) fn u8(&mut self, at: usize, v: u8) {
+        self.put(at, &[v]);
+    }
+
+    pub(crate) fn u32(&mut self, at: usize, v: u32) {
+        self.put(at, &v.to_le_bytes());
+    }
+
+    pub(crate) fn u64(&mut self, at: usize, v: u64) {
+        self.put(at, &v.to_le_bytes());
+    }
+
+    pub(crate) fn bytes(&mut self, at: usize, v: &[u8]) {
+        self.put(at, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_wrap_at_24_bits() {
+        assert_eq!(seq_next(SEQ_MASK), 0);
+        assert_eq!(seq_distance(SEQ_MASK, 1), 2);
+        assert_eq!(seq_distance(5, 5), 0);
+    }
+
+    #[test]
+    fn kinds_round_trip_and_unknown_codes_are_refused() {
+        for code in 0..=255u8 {
+            match Kind::from_code(code) {
+                Some(k) => assert_eq!(k as u8, code),
+                None => assert!(code == 0 || code > 9),
+            }
+        }
+    }
+
+    #[test]
+    fn reader_refuses_short_input() {
+        assert_eq!(
+            Reader::new(&[1, 2, 3], 4).unwrap_err(),
+            Malformed::Truncated { need: 4, have: 3 }
+        );
+        let r = Reader::new(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0], 12).unwrap();
+        assert_eq!(r.u32(0), 1);
+        assert_eq!(r.u64(4), 2);
+    }
+}

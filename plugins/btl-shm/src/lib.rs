@@ -1,0 +1,349 @@
+//! `shm`: the shared-memory byte transfer layer of fireopal, for the
+//! processes of a job that share a node.
+//!
+//! # Segments
+//!
+//! Each process makes one *queue segment* with `memfd_create` (nothing is
+//! named in `/dev/shm`, so nothing can leak or collide), sealed so that its
+//! size never changes. Its published address carries its pid and the
+//! segment's descriptor number; a peer fetches the descriptor with
+//! `pidfd_getfd` (or, failing that, by opening `/proc/<pid>/fd/<n>`, which
+//! needs only read access to the process), checks the inode number, size
+//! and seals, maps it, and checks the header: magic, layout, owner, and a
+//! SipHash tag keyed by the job key, so only a member of the job could
+//! have made it. The file is never reachable by another user.
+//!
+//! The layout ([`fireopal_core::shmq::layout`]) holds, for each sender on
+//! the node, a *fast box* (a single-writer ring of cache lines for the
+//! smallest messages; header word written last, behind a release store)
+//! and one lock-free multi-writer *receive queue* (a bounded ring of
+//! slots claimed by compare-and-swap). Every fragment carries a per-pair
+//! sequence number, so order per peer holds across both paths: the reader
+//! takes fast-box entries while their number is the next one, and a queue
+//! fragment ahead of them first drains the fast box up to its number.
+//!
+//! # Paths by size
+//!
+//! - `sendi` up to a fast-box entry ([`BtlAttributes::max_sendi_size`]):
+//!   one cache line for 8 bytes, no system call, lock or allocation; when
+//!   the fast box is full it tries a queue slot, and answers `Busy` when
+//!   neither has room or sends to that peer are queued.
+//! - `send` up to the eager limit: one fragment (fast box or queue slot);
+//!   queued in this process, in order, when neither has room.
+//! - larger `send`s: *rendezvous*. The payload is copied into a staging
+//!   segment (the `send` contract lets the caller reuse its buffer at
+//!   once), a small request describes it (segment id, offset, length), the
+//!   receiver maps the staging segment once (cached) and hands the bytes
+//!   to the host straight from the mapping, then tells the sender it is
+//!   done: the send's completion fires then, exactly once.
+//! - [`ShmTransport::send_in_place`] skips the staging copy when the
+//!   caller keeps the payload until completion: memory of a
+//!   [`TransferBuffer`] (a memfd segment) is read by the receiver after
+//!   mapping it once; other memory with `process_vm_readv` when the
+//!   receiver said it may (each process probes its peers at `add_peers`
+//!   and publishes the answer in its segment); otherwise it is staged. A
+//!   receiver that cannot read an in-place payload after all answers so,
+//!   and the sender stages it then.
+//! - `put`/`get` on registered memory: one `memcpy` through a cached
+//!   mapping when the memory is in a transfer buffer, `process_vm_readv` /
+//!   `writev` when permitted, otherwise emulated with fragments through the
+//!   queues (the target moves the bytes when it progresses).
+//!
+//! Mappings of peers' segments live in a
+//! [`RegCache`](fireopal_core::regcache::RegCache) until their owner says
+//! it unmapped them (a notice sent to every peer when a transfer buffer or
+//! a dedicated staging segment goes away).
+//!
+//! # Failures
+//!
+//! A peer whose process exits is noticed through its pidfd while work
+//! waits for it (queued fragments, rendezvous, emulated RDMA): it is
+//! reported failed and that work fails, each completion once.
+//!
+//! # Corruption
+//!
+//! Every word read from shared memory is checked (kind, lengths, offsets
+//! inside the segment, sequence numbers); a corrupt fragment is reported
+//! for the peer that wrote it through `EventSink::peer_failed`, and the
+//! peer is not read again. Nothing read from a peer is trusted for an
+//! offset or length without a check, and every segment is sealed, so no
+//! access can leave a mapping.
+
+#![deny(unsafe_code)]
+
+mod buffer;
+mod mapcache;
+mod mem;
+mod queue;
+mod sys;
+mod transport;
+
+use fireopal_abi::btl::{BtlAttributes, BtlComponentImpl};
+use fireopal_abi::host::{Host, LogLevel};
+use fireopal_abi::param::{ParamRegistrar, ParamValue};
+use fireopal_abi::{Availability, ComponentVersion, PluginError};
+
+pub use buffer::TransferBuffer;
+pub use transport::{Counters, ShmTransport};
+
+/// Parameter: priority answered by `query`.
+pub const PARAM_PRIORITY: &str = "btl_shm_priority";
+/// Parameter: largest payload of one eager fragment.
+pub const PARAM_EAGER_LIMIT: &str = "btl_shm_eager_limit";
+/// Parameter: bytes of each fast-box ring.
+pub const PARAM_FBOX_SIZE: &str = "btl_shm_fbox_size";
+/// Parameter: largest fast-box entry, header word included.
+pub const PARAM_FBOX_MAX: &str = "btl_shm_fbox_max";
+/// Parameter: slots of the receive queue.
+pub const PARAM_FIFO_SLOTS: &str = "btl_shm_fifo_slots";
+/// Parameter: largest message `send` takes.
+pub const PARAM_MAX_SEND: &str = "btl_shm_max_send_size";
+/// Parameter: bytes of each staging segment.
+pub const PARAM_STAGING_CHUNK: &str = "btl_shm_staging_chunk";
+/// Parameter: most bytes of staging segments.
+pub const PARAM_STAGING_LIMIT: &str = "btl_shm_staging_limit";
+/// Parameter: single-copy mechanisms allowed.
+pub const PARAM_SINGLE_COPY: &str = "btl_shm_single_copy";
+/// Parameter: most cached mappings of peers' segments.
+pub const PARAM_MAP_CACHE: &str = "btl_shm_map_cache_max";
+
+/// Which single-copy mechanisms may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleCopy {
+    /// Mapping peers' memfd segments and cross-memory reads.
+    Auto,
+    /// Mapping peers' memfd segments only.
+    Memfd,
+    /// Cross-memory reads only.
+    Cma,
+    /// Neither: everything is copied through staging or the queues.
+    None,
+}
+
+impl SingleCopy {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "auto" => Self::Auto,
+            "memfd" => Self::Memfd,
+            "cma" => Self::Cma,
+            "none" => Self::None,
+            _ => return None,
+        })
+    }
+
+    /// Whether peers' memfd segments may be mapped for user data.
+    pub fn memfd(self) -> bool {
+        matches!(self, Self::Auto | Self::Memfd)
+    }
+
+    /// Whether cross-memory reads may be used.
+    pub fn cma(self) -> bool {
+        matches!(self, Self::Auto | Self::Cma)
+    }
+}
+
+/// Settings of a module, from the component's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Largest payload of one eager fragment.
+    pub eager_limit: usize,
+    /// Bytes of each fast-box ring.
+    pub fbox_size: usize,
+    /// Largest fast-box entry, header word included.
+    pub fbox_max: usize,
+    /// Receive-queue slots.
+    pub fifo_slots: u32,
+    /// Largest message `send` takes.
+    pub max_send: u64,
+    /// Bytes of each staging segment.
+    pub staging_chunk: usize,
+    /// Most bytes of staging segments.
+    pub staging_limit: usize,
+    /// Single-copy mechanisms allowed.
+    pub single_copy: SingleCopy,
+    /// Most cached mappings of peers' segments.
+    pub map_cache_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            eager_limit: 8 << 10,
+            fbox_size: 8 << 10,
+            fbox_max: 512,
+            fifo_slots: 128,
+            max_send: 1 << 30,
+            staging_chunk: 16 << 20,
+            staging_limit: 256 << 20,
+            single_copy: SingleCopy::Auto,
+            map_cache_max: 1024,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the parameters from the host (defaults for those it lacks).
+    pub fn from_host(host: &Host) -> Result<Config, PluginError> {
+        let d = Config::default();
+        let size = |name: &str, default: usize| -> Result<usize, PluginError> {
+            match host.param_u64(name) {
+                None => Ok(default),
+                Some(v) => usize::try_from(v)
+                    .map_err(|_| PluginError::invalid(format!("{name} = {v} is too large"))),
+            }
+        };
+        let single_copy = match host.param_str(PARAM_SINGLE_COPY) {
+            None => d.single_copy,
+            Some(s) => SingleCopy::parse(&s).ok_or_else(|| {
+                PluginError::invalid(format!(
+                    "{PARAM_SINGLE_COPY} = {s:?}: expected auto, memfd, cma or none"
+                ))
+            })?,
+        };
+        let fifo_slots = host
+            .param_u64(PARAM_FIFO_SLOTS)
+            .unwrap_or(u64::from(d.fifo_slots));
+        let cfg = Config {
+            eager_limit: size(PARAM_EAGER_LIMIT, d.eager_limit)?,
+            fbox_size: size(PARAM_FBOX_SIZE, d.fbox_size)?,
+            fbox_max: size(PARAM_FBOX_MAX, d.fbox_max)?,
+            fifo_slots: u32::try_from(fifo_slots).map_err(|_| {
+                PluginError::invalid(format!("{PARAM_FIFO_SLOTS} = {fifo_slots} is too large"))
+            })?,
+            max_send: host.param_u64(PARAM_MAX_SEND).unwrap_or(d.max_send),
+            staging_chunk: size(PARAM_STAGING_CHUNK, d.staging_chunk)?,
+            staging_limit: size(PARAM_STAGING_LIMIT, d.staging_limit)?,
+            single_copy,
+            map_cache_max: size(PARAM_MAP_CACHE, d.map_cache_max)?,
+        };
+        if cfg.eager_limit < 1024 || cfg.eager_limit > 8 << 20 {
+            return Err(PluginError::invalid(format!(
+                "{PARAM_EAGER_LIMIT} must be between 1 KiB and 8 MiB"
+            )));
+        }
+        if cfg.max_send < cfg.eager_limit as u64 {
+            return Err(PluginError::invalid(format!(
+                "{PARAM_MAX_SEND} must be at least {PARAM_EAGER_LIMIT}"
+            )));
+        }
+        Ok(cfg)
+    }
+}
+
+/// The `shm` component.
+#[derive(Debug)]
+pub struct ShmComponent;
+
+impl BtlComponentImpl for ShmComponent {
+    const NAME: &'static str = "shm";
+    const VERSION: ComponentVersion = ComponentVersion::new(0, 1, 0);
+    type Module = ShmTransport;
+
+    fn register_params(registry: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
+        let d = Config::default();
+        let params: [(&str, ParamValue, &str); 10] = [
+            (PARAM_PRIORITY, ParamValue::UInt(80), "priority of the shared-memory transport"),
+            (
+                PARAM_EAGER_LIMIT,
+                ParamValue::Size(d.eager_limit as u64),
+                "largest payload sent in one fragment; larger sends use rendezvous",
+            ),
+            (
+                PARAM_FBOX_SIZE,
+                ParamValue::Size(d.fbox_size as u64),
+                "bytes of each per-peer fast-box ring",
+            ),
+            (
+                PARAM_FBOX_MAX,
+                ParamValue::Size(d.fbox_max as u64),
+                "largest fast-box entry in bytes (header word included); sendi takes up to this less 8",
+            ),
+            (
+                PARAM_FIFO_SLOTS,
+                ParamValue::UInt(u64::from(d.fifo_slots)),
+                "slots of each process's receive queue (a power of two)",
+            ),
+            (
+                PARAM_MAX_SEND,
+                ParamValue::Size(d.max_send),
+                "largest message one send takes",
+            ),
+            (
+                PARAM_STAGING_CHUNK,
+                ParamValue::Size(d.staging_chunk as u64),
+                "bytes of each staging segment of rendezvous sends",
+            ),
+            (
+                PARAM_STAGING_LIMIT,
+                ParamValue::Size(d.staging_limit as u64),
+                "most bytes of staging segments; past it large sends wait in this process",
+            ),
+            (
+                PARAM_SINGLE_COPY,
+                ParamValue::Str("auto".into()),
+                "single-copy mechanisms: auto (memfd mappings and process_vm_readv), memfd, cma, none",
+            ),
+            (
+                PARAM_MAP_CACHE,
+                ParamValue::UInt(d.map_cache_max as u64),
+                "most cached mappings of peers' segments",
+            ),
+        ];
+        for (name, default, help) in params {
+            registry.register(name, default, help)?;
+        }
+        Ok(())
+    }
+
+    fn query(host: &Host) -> Availability {
+        let job = host.job();
+        if job.local_size < 2 {
+            return Availability::Unavailable {
+                reason: "no other process of the job on this node".into(),
+            };
+        }
+        if let Err(e) = sys::memfd(c"fireopal-shm-probe", fireopal_core::shmq::layout::PAGE) {
+            return Availability::Unavailable {
+                reason: format!("cannot make a sealed memfd segment: {e}").into(),
+            };
+        }
+        let priority = host.param_u64(PARAM_PRIORITY).unwrap_or(80);
+        match u32::try_from(priority) {
+            Ok(priority) => Availability::Available { priority },
+            Err(_) => Availability::Unavailable {
+                reason: format!("{PARAM_PRIORITY} is larger than 2^32-1").into(),
+            },
+        }
+    }
+
+    fn open(host: Host) -> Result<Vec<ShmTransport>, PluginError> {
+        let cfg = Config::from_host(&host)?;
+        let module = ShmTransport::new(host.clone(), cfg)?;
+        host.log(
+            LogLevel::Info,
+            &format!("shm: single copy: {}", module.single_copy_status()),
+        );
+        Ok(vec![module])
+    }
+}
+
+/// The attributes every module of this build reports for `cfg`.
+fn attributes(cfg: &Config) -> BtlAttributes {
+    use fireopal_abi::btl::{exclusivity, BtlFlags};
+    BtlAttributes {
+        max_sendi_size: cfg.fbox_max.saturating_sub(8) as u64,
+        eager_limit: cfg.eager_limit as u64,
+        max_send_size: cfg.max_send,
+        max_header_size: u32::from(u8::MAX),
+        rdma_pipeline_send_length: cfg.eager_limit as u64,
+        rdma_pipeline_frag_size: u64::MAX,
+        min_rdma_pipeline_size: cfg.eager_limit as u64,
+        exclusivity: exclusivity::SHARED_MEMORY,
+        latency_ns: 150,
+        bandwidth_mbps: 20_000,
+        flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET,
+        registration_handle_size: fireopal_core::shmq::wire::REMOTE_KEY_LEN as u32,
+    }
+}
+
+fireopal_abi::export_btl_component!(ShmComponent);

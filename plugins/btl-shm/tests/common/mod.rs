@@ -1,0 +1,490 @@
+//! Test harness: jobs of forked processes, each with an `shm` module.
+//!
+//! The parent forks one child per rank, each holding one end of a
+//! socketpair. A child opens its module with a test host (its rank, the
+//! node layout, a job key shared by the job), sends its address to the
+//! parent, receives everyone's, adds its peers and runs the test body.
+//! The parent relays barriers and collects each child's result; every
+//! child is killed and reaped when the job's time runs out or a child
+//! fails, so no test leaves processes behind.
+
+#![allow(unsafe_code, dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use abi_stable::std_types::{ROption, RStr};
+use fireopal_abi::btl::{BtlComponentImpl, EventSink, PeerAddress, Rank, Reachability, Transport};
+use fireopal_abi::host::{Host, HostServices, JobInfo, LogLevel};
+use fireopal_abi::param::ParamValue;
+use fireopal_abi::PluginError;
+use fireopal_btl_shm::{ShmComponent, ShmTransport};
+
+/// Host services of a test process.
+#[derive(Clone)]
+pub struct TestHost {
+    pub job: JobInfo,
+    pub params: HashMap<String, ParamValue>,
+}
+
+impl HostServices for TestHost {
+    fn param(&self, name: RStr<'_>) -> ROption<ParamValue> {
+        self.params.get(name.as_str()).cloned().into()
+    }
+
+    fn job(&self) -> JobInfo {
+        self.job
+    }
+
+    fn log(&self, level: LogLevel, message: RStr<'_>) {
+        if level <= LogLevel::Warn || std::env::var_os("SHM_TEST_LOG").is_some() {
+            eprintln!("[rank {} {level:?}] {message}", self.job.rank);
+        }
+    }
+}
+
+/// A host for rank `rank` of `size` processes, all on one node.
+pub fn host(rank: u32, size: u32, key: [u8; 32], params: &[(&str, ParamValue)]) -> Host {
+    Host::from_impl(TestHost {
+        job: JobInfo {
+            rank,
+            size,
+            local_rank: rank,
+            local_size: size,
+            job_key: key,
+        },
+        params: params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect(),
+    })
+}
+
+/// A fresh random job key.
+pub fn random_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    // SAFETY: `key` is valid for 32 bytes of writes.
+    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
+    assert_eq!(n, 32, "getrandom");
+    key
+}
+
+/// Opens the one module of the component for `host`.
+pub fn open(host: Host) -> ShmTransport {
+    let mut modules = ShmComponent::open(host).expect("open");
+    assert_eq!(modules.len(), 1);
+    modules.pop().expect("one module")
+}
+
+/// Adds `addresses` (by rank) as node-local peers; all but `own` must be
+/// reachable.
+pub fn add_all(module: &mut ShmTransport, own: u32, addresses: &[Vec<u8>]) {
+    let peers: Vec<PeerAddress<'_>> = addresses
+        .iter()
+        .enumerate()
+        .map(|(r, a)| PeerAddress {
+            rank: r as Rank,
+            node_local: true,
+            address: a.as_slice().into(),
+        })
+        .collect();
+    let reach = module.add_peers(&peers).expect("add_peers");
+    for (r, reach) in reach.iter().enumerate() {
+        if r as u32 != own {
+            assert_eq!(*reach, Reachability::Reachable, "rank {r} from {own}");
+        }
+    }
+}
+
+/// A check of each delivered message: peer, tag, header, payload.
+pub type Check = fn(Rank, u8, &[u8], &[u8]) -> bool;
+
+/// Everything a module reported, in order.
+#[derive(Debug, Default)]
+pub struct Sink {
+    pub messages: Vec<(Rank, u8, Vec<u8>, Vec<u8>)>,
+    pub sends: Vec<(u64, Result<(), PluginError>)>,
+    pub rdma: Vec<(u64, Result<(), PluginError>)>,
+    pub failed: Vec<(Rank, PluginError)>,
+    /// When set, payloads are not kept, only counted (and checked by
+    /// `check`).
+    pub keep: bool,
+    pub delivered: usize,
+    pub check: Option<Check>,
+    pub bad: usize,
+}
+
+impl Sink {
+    pub fn keeping() -> Self {
+        Self {
+            keep: true,
+            ..Self::default()
+        }
+    }
+}
+
+impl EventSink for Sink {
+    fn deliver(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        self.delivered += 1;
+        if let Some(check) = self.check {
+            if !check(peer, tag, header, payload) {
+                self.bad += 1;
+            }
+        }
+        if self.keep {
+            self.messages
+                .push((peer, tag, header.to_vec(), payload.to_vec()));
+        }
+    }
+    fn send_complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
+        self.sends.push((cookie, status));
+    }
+    fn rdma_complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
+        self.rdma.push((cookie, status));
+    }
+    fn peer_failed(&mut self, peer: Rank, error: PluginError) {
+        self.failed.push((peer, error));
+    }
+}
+
+/// Calls `progress` until `done` holds, yielding the processor when
+/// nothing happened (the job has more processes than cores).
+pub fn progress_until(
+    module: &mut ShmTransport,
+    sink: &mut Sink,
+    timeout: Duration,
+    mut done: impl FnMut(&Sink) -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while !done(sink) {
+        let n = module
+            .progress(sink)
+            .map_err(|e| format!("progress: {e}"))?;
+        if n == 0 {
+            if Instant::now() > deadline {
+                return Err("timed out waiting for progress".into());
+            }
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
+/// A child's view of the job.
+pub struct Ctx {
+    pub rank: u32,
+    pub size: u32,
+    pub key: [u8; 32],
+    pub addresses: Vec<Vec<u8>>,
+    pub module: ShmTransport,
+    chan: UnixStream,
+}
+
+impl Ctx {
+    /// Waits until every process of the job reached its barrier.
+    pub fn barrier(&mut self) {
+        write_frame(&mut self.chan, b'B', &[]).expect("barrier request");
+        let (kind, _) = read_frame(&mut self.chan).expect("barrier release");
+        assert_eq!(kind, b'B');
+    }
+
+    /// Sends bytes to every other process through the parent, and returns
+    /// what every process sent (by rank).
+    pub fn allgather(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        write_frame(&mut self.chan, b'G', bytes).expect("gather request");
+        let (kind, all) = read_frame(&mut self.chan).expect("gather answer");
+        assert_eq!(kind, b'G');
+        decode_list(&all)
+    }
+}
+
+/// Settings of a job.
+pub struct Job<'a> {
+    pub size: u32,
+    pub params: &'a [(&'a str, ParamValue)],
+    pub timeout: Duration,
+    /// Runs in each child before its module is opened.
+    pub setup: Option<fn(u32)>,
+}
+
+impl Default for Job<'_> {
+    fn default() -> Self {
+        Self {
+            size: 2,
+            params: &[],
+            timeout: Duration::from_secs(120),
+            setup: None,
+        }
+    }
+}
+
+/// Forking tests run one at a time: a fork while another test thread
+/// holds a lock (of stdout, say) could hang the child.
+static FORK_LOCK: Mutex<()> = Mutex::new(());
+
+fn write_frame(s: &mut UnixStream, kind: u8, bytes: &[u8]) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(5 + bytes.len());
+    buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    buf.push(kind);
+    buf.extend_from_slice(bytes);
+    s.write_all(&buf)
+}
+
+fn read_frame(s: &mut UnixStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let mut bytes = vec![0u8; len];
+    s.read_exact(&mut bytes)?;
+    Ok((head[4], bytes))
+}
+
+fn encode_list(items: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in items {
+        out.extend_from_slice(&(i.len() as u32).to_le_bytes());
+        out.extend_from_slice(i);
+    }
+    out
+}
+
+fn decode_list(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while bytes.len() >= 4 {
+        let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        out.push(bytes[4..4 + n].to_vec());
+        bytes = &bytes[4 + n..];
+    }
+    out
+}
+
+/// Runs `body` in `job.size` forked processes; returns each rank's
+/// output text. Panics (after killing and reaping every child) if a child
+/// fails, crashes or runs out of time.
+pub fn run(job: Job<'_>, body: fn(&mut Ctx) -> Result<String, String>) -> Vec<String> {
+    let _serial = FORK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let key = random_key();
+    let mut children: Vec<(libc::pid_t, UnixStream)> = Vec::new();
+    for rank in 0..job.size {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is valid for two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0, "socketpair");
+        // SAFETY: both descriptors were just made and are owned here.
+        let (parent_end, child_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: the child only runs the test body and then `_exit`s; it
+        // never returns into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            drop(parent_end);
+            for (_, s) in children.drain(..) {
+                drop(s);
+            }
+            child(rank, &job, key, UnixStream::from(child_end), body);
+        }
+        drop(child_end);
+        children.push((pid, UnixStream::from(parent_end)));
+    }
+    let outcome = catch_unwind(AssertUnwindSafe(|| serve(&job, &mut children)));
+    // Whatever happened, no child outlives the test.
+    for (pid, _) in &children {
+        // SAFETY: plain signal to our own child.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    let mut statuses = Vec::new();
+    for (pid, _) in &children {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(*pid, &mut status, 0) };
+        statuses.push(status);
+    }
+    match outcome {
+        Ok(Ok(outputs)) => outputs,
+        Ok(Err(e)) => panic!("job failed: {e}"),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// The parent's side: relays addresses, barriers and gathers, collects
+/// results.
+fn serve(job: &Job<'_>, children: &mut [(libc::pid_t, UnixStream)]) -> Result<Vec<String>, String> {
+    let deadline = Instant::now() + job.timeout;
+    let n = children.len();
+    let mut results: Vec<Option<String>> = vec![None; n];
+    let mut barrier: Vec<bool> = vec![false; n];
+    let mut gather: Vec<Option<Vec<u8>>> = vec![None; n];
+    let mut addresses: Vec<Option<Vec<u8>>> = vec![None; n];
+    let mut failure: Option<String> = None;
+    while results.iter().any(Option::is_none) && failure.is_none() {
+        let mut polls: Vec<libc::pollfd> = children
+            .iter()
+            .map(|(_, s)| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "timed out after {:?}; results so far: {results:?}",
+                job.timeout
+            ));
+        }
+        // SAFETY: `polls` is a valid array of `n` pollfds.
+        let r = unsafe {
+            libc::poll(
+                polls.as_mut_ptr(),
+                n as libc::nfds_t,
+                left.as_millis().min(1000) as i32,
+            )
+        };
+        if r < 0 {
+            continue;
+        }
+        for (i, p) in polls.iter().enumerate() {
+            if p.revents == 0 || results[i].is_some() {
+                continue;
+            }
+            let frame = read_frame(&mut children[i].1);
+            let (kind, bytes) = match frame {
+                Ok(f) => f,
+                Err(e) => {
+                    failure = Some(format!("rank {i} died without a result ({e})"));
+                    break;
+                }
+            };
+            match kind {
+                b'A' => addresses[i] = Some(bytes),
+                b'B' => barrier[i] = true,
+                b'G' => gather[i] = Some(bytes),
+                b'R' => results[i] = Some(String::from_utf8_lossy(&bytes).into_owned()),
+                b'F' => {
+                    failure = Some(format!(
+                        "rank {i} failed: {}",
+                        String::from_utf8_lossy(&bytes)
+                    ));
+                }
+                _ => failure = Some(format!("rank {i} sent frame kind {kind}")),
+            }
+        }
+        if addresses.iter().all(Option::is_some) {
+            let all: Vec<Vec<u8>> = addresses
+                .iter_mut()
+                .map(|a| a.take().unwrap_or_default())
+                .collect();
+            let list = encode_list(&all);
+            for (_, s) in children.iter_mut() {
+                write_frame(s, b'A', &list).map_err(|e| e.to_string())?;
+            }
+        }
+        if barrier.iter().zip(&results).all(|(b, r)| *b || r.is_some())
+            && barrier.iter().any(|b| *b)
+        {
+            for (i, (_, s)) in children.iter_mut().enumerate() {
+                if barrier[i] {
+                    write_frame(s, b'B', &[]).map_err(|e| e.to_string())?;
+                }
+            }
+            barrier.iter_mut().for_each(|b| *b = false);
+        }
+        if gather.iter().all(Option::is_some) {
+            let all: Vec<Vec<u8>> = gather
+                .iter_mut()
+                .map(|g| g.take().unwrap_or_default())
+                .collect();
+            let list = encode_list(&all);
+            for (_, s) in children.iter_mut() {
+                write_frame(s, b'G', &list).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(results.into_iter().map(Option::unwrap_or_default).collect()),
+    }
+}
+
+fn child(
+    rank: u32,
+    job: &Job<'_>,
+    key: [u8; 32],
+    mut chan: UnixStream,
+    body: fn(&mut Ctx) -> Result<String, String>,
+) -> ! {
+    // SAFETY: asks for SIGKILL when the parent dies; no memory involved.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let mut result_chan = chan.try_clone().expect("clone the parent channel");
+    let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<String, String> {
+        if let Some(setup) = job.setup {
+            setup(rank);
+        }
+        let mut module = open(host(rank, job.size, key, job.params));
+        let address = module.address().map_err(|e| e.to_string())?;
+        write_frame(&mut chan, b'A', &address).map_err(|e| e.to_string())?;
+        let (_, all) = read_frame(&mut chan).map_err(|e| e.to_string())?;
+        let addresses = decode_list(&all);
+        add_all(&mut module, rank, &addresses);
+        let mut ctx = Ctx {
+            rank,
+            size: job.size,
+            key,
+            addresses,
+            module,
+            chan,
+        };
+        body(&mut ctx)
+    }));
+    let (kind, text) = match outcome {
+        Ok(Ok(text)) => (b'R', text),
+        Ok(Err(e)) => (b'F', e),
+        Err(p) => (
+            b'F',
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "panic".into()),
+        ),
+    };
+    let _ = write_frame(&mut result_chan, kind, text.as_bytes());
+    // SAFETY: leaves the child at once, without running the parent's
+    // atexit handlers or unwinding into the test harness.
+    unsafe { libc::_exit(0) }
+}
+
+/// The payload byte `i` of message `index` from `src` to `dst`.
+pub fn pattern(src: u32, dst: u32, index: u32, i: usize) -> u8 {
+    let x = (i as u32)
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(index.wrapping_mul(40_503))
+        ^ (src << 8 | dst << 16);
+    (x >> 13) as u8
+}
+
+/// Fills `buf` with message `index`'s pattern.
+pub fn fill(buf: &mut [u8], src: u32, dst: u32, index: u32) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern(src, dst, index, i);
+    }
+}
+
+/// Whether `buf` holds message `index`'s pattern.
+pub fn matches(buf: &[u8], src: u32, dst: u32, index: u32) -> bool {
+    buf.iter()
+        .enumerate()
+        .all(|(i, &b)| b == pattern(src, dst, index, i))
+}

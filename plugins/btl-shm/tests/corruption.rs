@@ -1,0 +1,280 @@
+//! Corrupt headers in a receiver's segment are reported for the peer that
+//! wrote them; the receiver neither crashes nor reads outside its segment,
+//! and keeps serving its healthy peers.
+
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{progress_until, run, Ctx, Job, Sink};
+use fireopal_abi::btl::{SendiOutcome, Transport};
+use fireopal_abi::ErrorKind;
+use fireopal_core::shmq::fbox::EntryHeader;
+use fireopal_core::shmq::fifo::FragmentHeader;
+use fireopal_core::shmq::layout::{HeaderExpect, Layout, HEADER_LEN, SLOT_DATA};
+use fireopal_core::shmq::wire::{Address, Rts, SegmentRef, Source};
+use fireopal_core::shmq::{Kind, LINE};
+
+const VICTIM: u32 = 2;
+const HEALTHY: u32 = 4;
+
+/// Maps another process's queue segment the way a peer does, with the
+/// test's own system calls; returns its base and layout.
+fn map_queue_segment(ctx: &Ctx, rank: u32) -> (*mut u8, Layout) {
+    let a = Address::decode(&ctx.addresses[rank as usize]).expect("address");
+    // SAFETY: plain system calls on numbers from the address; the result
+    // descriptors are checked.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, a.pid as libc::pid_t, 0);
+        assert!(pidfd >= 0, "pidfd_open");
+        let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, a.fd as i32, 0);
+        assert!(fd >= 0, "pidfd_getfd");
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            a.seg_len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd as i32,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap");
+        libc::close(fd as i32);
+        libc::close(pidfd as i32);
+        let header = std::slice::from_raw_parts(p.cast::<u8>(), HEADER_LEN);
+        let (layout, _) = Layout::decode_header(
+            header,
+            &HeaderExpect {
+                job_key: &ctx.key,
+                owner_rank: a.rank,
+                owner_local: a.local,
+                owner_pid: a.pid,
+                file_id: a.file_id,
+                file_len: a.seg_len,
+                local_size: ctx.size,
+            },
+        )
+        .expect("header");
+        (p.cast(), layout)
+    }
+}
+
+fn word(base: *mut u8, off: usize) -> &'static AtomicU64 {
+    // SAFETY: every offset used is an 8-aligned word inside the mapping,
+    // which the test never unmaps.
+    unsafe { AtomicU64::from_ptr(base.add(off).cast()) }
+}
+
+/// Three peers each corrupt something in the victim's segment after a
+/// few good messages: rank 0 a fast-box header (length past any entry),
+/// rank 1 a queue fragment header (length past the slot), rank 3 a
+/// rendezvous request (payload outside its segment). Rank 4 keeps
+/// talking to the victim.
+fn corrupt(ctx: &mut Ctx) -> Result<String, String> {
+    let mut sink = Sink::keeping();
+    let me = ctx.rank;
+    if me != VICTIM {
+        for i in 0..3u8 {
+            if ctx
+                .module
+                .sendi(VICTIM, 1, &[], &[i])
+                .map_err(|e| e.to_string())?
+                != SendiOutcome::Sent
+            {
+                return Err("first messages did not go".into());
+            }
+        }
+    }
+    if me == VICTIM {
+        progress_until(&mut ctx.module, &mut sink, Duration::from_secs(30), |s| {
+            s.messages.len() >= 12
+        })?;
+    }
+    ctx.barrier(); // 1: the good messages arrived
+    let (base, layout) = map_queue_segment(ctx, VICTIM);
+    match me {
+        0 => {
+            // Next entry of rank 0's fast box: line 3, sequence 3.
+            let ring = layout.fbox_ring(0).ok_or("ring")?;
+            let bad = EntryHeader {
+                seq: 3,
+                kind: Kind::Active,
+                len: 0x7fff,
+                tag: 1,
+                hdr_len: 0,
+            };
+            word(base, ring + 3 * LINE).store(bad.encode(), Ordering::Release);
+        }
+        1 => {
+            // Claim a queue slot as a writer does, then write a length
+            // larger than the slot.
+            let tail = word(base, layout.fifo_tail());
+            let t = tail.fetch_add(1, Ordering::Relaxed);
+            let slot = layout.fifo_slot(t);
+            let bad = FragmentHeader {
+                seq: 3,
+                kind: Kind::Active,
+                sender: 1,
+                tag: 1,
+                hdr_len: 0,
+                len: layout.fifo_data_capacity() as u32 + 1,
+            };
+            let [w1, w2] = bad.encode();
+            word(base, slot + 8).store(w1, Ordering::Relaxed);
+            word(base, slot + 16).store(w2, Ordering::Relaxed);
+            word(base, slot).store(t + 1, Ordering::Release);
+            let _ = SLOT_DATA;
+        }
+        3 => {
+            // A well-formed fast-box entry whose rendezvous request
+            // points past the end of its segment.
+            let ring = layout.fbox_ring(3).ok_or("ring")?;
+            let rts = Rts {
+                id: 1,
+                len: 4096,
+                source: Source::Segment {
+                    seg: SegmentRef {
+                        id: 1,
+                        file_id: 1,
+                        fd: 3,
+                        base: 1 << 30,
+                        len: 4096,
+                    },
+                    offset: 4096,
+                },
+            }
+            .encode();
+            let at = ring + 3 * LINE;
+            // SAFETY: inside the ring of rank 3's fast box.
+            unsafe { std::ptr::copy_nonoverlapping(rts.as_ptr(), base.add(at + 8), rts.len()) };
+            let h = EntryHeader {
+                seq: 3,
+                kind: Kind::Rts,
+                len: rts.len() as u16,
+                tag: 1,
+                hdr_len: 0,
+            };
+            word(base, at).store(h.encode(), Ordering::Release);
+        }
+        _ => {}
+    }
+    ctx.barrier(); // 2: corrupted
+    match me {
+        VICTIM => {
+            progress_until(&mut ctx.module, &mut sink, Duration::from_secs(30), |s| {
+                s.failed.len() >= 3 && s.messages.len() >= 12 + 2
+            })?;
+            let mut blamed: Vec<u32> = sink.failed.iter().map(|f| f.0).collect();
+            blamed.sort_unstable();
+            if blamed != [0, 1, 3] {
+                return Err(format!(
+                    "failures reported for {blamed:?}: {:?}",
+                    sink.failed
+                ));
+            }
+            if let Some(f) = sink
+                .failed
+                .iter()
+                .find(|f| f.1.kind != ErrorKind::MALFORMED)
+            {
+                return Err(format!("failure of kind {}: {}", f.1.kind, f.1));
+            }
+            match ctx.module.sendi(0, 1, &[], &[1]) {
+                Err(e) if e.kind == ErrorKind::PEER_FAILED => {}
+                other => return Err(format!("sendi to a failed peer gave {other:?}")),
+            }
+            // The healthy peer's messages after the corruption (one in
+            // a queue slot, one in the fast box) arrived intact.
+            let late: Vec<&Vec<u8>> = sink.messages[12..].iter().map(|m| &m.3).collect();
+            if late.len() != 2
+                || late[0].len() != 2000
+                || late[1] != &[9]
+                || sink.messages[12..].iter().any(|m| m.0 != HEALTHY)
+            {
+                return Err("healthy peer's late messages are wrong".into());
+            }
+            if late[0].iter().any(|&b| b != 0xab) {
+                return Err("healthy peer's queue message is corrupt".into());
+            }
+            ctx.barrier(); // 3
+            Ok(sink
+                .failed
+                .iter()
+                .map(|f| format!("{}: {}", f.0, f.1))
+                .collect::<Vec<_>>()
+                .join(" | "))
+        }
+        HEALTHY => {
+            ctx.module
+                .send(VICTIM, 1, &[], &[0xab; 2000], 1)
+                .map_err(|e| e.to_string())?;
+            ctx.module
+                .send(VICTIM, 1, &[], &[9], 2)
+                .map_err(|e| e.to_string())?;
+            while !ctx.module.is_quiet() {
+                ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+            }
+            ctx.barrier(); // 3
+            Ok(String::new())
+        }
+        _ => {
+            ctx.barrier(); // 3
+            Ok(String::new())
+        }
+    }
+}
+
+#[test]
+fn corrupt_headers_are_reported_for_their_writer() {
+    let out = run(
+        Job {
+            size: 5,
+            timeout: Duration::from_secs(120),
+            ..Job::default()
+        },
+        corrupt,
+    );
+    eprintln!("{}", out[VICTIM as usize]);
+}
+
+/// A peer that exits while a rendezvous send to it waits: the send
+/// completes once, with an error, and the peer is reported failed.
+fn peer_exits(ctx: &mut Ctx) -> Result<String, String> {
+    ctx.barrier();
+    if ctx.rank == 1 {
+        return Ok("exiting".into());
+    }
+    let mut sink = Sink::keeping();
+    let big = vec![1u8; 1 << 20];
+    ctx.module
+        .send(1, 1, &[], &big, 5)
+        .map_err(|e| e.to_string())?;
+    progress_until(&mut ctx.module, &mut sink, Duration::from_secs(30), |s| {
+        !s.failed.is_empty() && !s.sends.is_empty()
+    })?;
+    for _ in 0..5000 {
+        ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+    }
+    if sink.failed.len() != 1
+        || sink.failed[0].0 != 1
+        || sink.failed[0].1.kind != ErrorKind::PEER_FAILED
+    {
+        return Err(format!("failures: {:?}", sink.failed));
+    }
+    if sink.sends.len() != 1 || sink.sends[0].0 != 5 || sink.sends[0].1.is_ok() {
+        return Err(format!("completions: {:?}", sink.sends));
+    }
+    match ctx.module.send(1, 1, &[], b"x", 6) {
+        Err(e) if e.kind == ErrorKind::PEER_FAILED => {}
+        other => return Err(format!("send to an exited peer gave {other:?}")),
+    }
+    Ok(format!("{}", sink.failed[0].1))
+}
+
+#[test]
+fn an_exited_peer_is_reported_and_its_sends_fail_once() {
+    let out = run(Job::default(), peer_exits);
+    eprintln!("{}", out[0]);
+}
