@@ -24,6 +24,9 @@ const TAG_FRAG_FIRST: u8 = 0xFF;
 const TAG_FRAG_NEXT: u8 = 0xFE;
 /// Bootstrap key of each process's module directory.
 const DIRECTORY_KEY: &str = "btl-directory";
+/// How often (in `progress` calls) a module with no routed peer and
+/// nothing handed to it is polled anyway.
+const IDLE_POLL_EVERY: u64 = 64;
 /// Largest message a peer may announce (fragmented messages allocate it).
 const MAX_MESSAGE: u64 = 1 << 32;
 
@@ -180,6 +183,12 @@ struct ModuleSlot {
     index: usize,
     module: BtlModuleBox,
     attrs: BtlAttributes,
+    /// The chosen module for some other rank, so traffic may arrive any
+    /// time.
+    remote: bool,
+    /// Something was handed to it since `progress` last found it idle
+    /// (a module reaching only this rank has nothing to do otherwise).
+    active: bool,
 }
 
 #[derive(Default)]
@@ -213,6 +222,7 @@ pub struct Messenger {
     completions: Vec<(SendId, Result<(), SendError>)>,
     failures: Vec<(Rank, String)>,
     reassembly: HashMap<(usize, Rank), Reassembly>,
+    polls: u64,
 }
 
 impl fmt::Debug for Messenger {
@@ -256,6 +266,8 @@ impl Messenger {
                     index,
                     module,
                     attrs,
+                    remote: false,
+                    active: true,
                 });
             }
         }
@@ -340,7 +352,7 @@ impl Messenger {
             }
         }
 
-        let routes = reach
+        let routes: Vec<Route> = reach
             .into_iter()
             .map(|mut mods| {
                 mods.sort_by_key(|&i| {
@@ -361,6 +373,14 @@ impl Messenger {
             })
             .collect();
 
+        let mut slots = slots;
+        for (peer, route) in routes.iter().enumerate() {
+            if peer as u32 != rank {
+                for &i in &route.modules {
+                    slots[i].remote = true;
+                }
+            }
+        }
         let mut handlers = Vec::with_capacity(256);
         handlers.resize_with(256, || None);
         let m = Self {
@@ -376,6 +396,7 @@ impl Messenger {
             completions: Vec::new(),
             failures: Vec::new(),
             reassembly: HashMap::new(),
+            polls: 0,
         };
         if registry.params().str_value("log_level") == Some("debug") {
             for peer in 0..size {
@@ -503,6 +524,7 @@ impl Messenger {
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
         let slot = &mut self.slots[i];
+        slot.active = true;
         let h = RSlice::from_slice(header);
         let p = RSlice::from_slice(payload);
         if header.len() as u64 + payload.len() as u64 <= slot.attrs.max_sendi_size {
@@ -542,6 +564,7 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
+        self.slots[i].active = true;
         let attrs = self.slots[i].attrs;
         let max_header = attrs.max_header_size as usize;
         let first_len = FirstFragment::LEN + header.len();
@@ -627,8 +650,14 @@ impl Messenger {
     /// modules reported. A panic in a handler resumes here, after the
     /// module's call returned.
     pub fn progress(&mut self) -> Result<usize, ProgressError> {
+        self.polls = self.polls.wrapping_add(1);
         let mut events = 0;
         for (i, slot) in self.slots.iter_mut().enumerate() {
+            // Modules no peer is routed through are still looked at now
+            // and then, in case a peer ranked differently.
+            if !slot.remote && !slot.active && self.polls % IDLE_POLL_EVERY != 0 {
+                continue;
+            }
             let mut sink = Sink {
                 module: i,
                 handlers: &mut self.handlers,
@@ -647,7 +676,12 @@ impl Messenger {
                 resume_unwind(payload);
             }
             match result {
-                RResult::ROk(n) => events += n as usize,
+                RResult::ROk(n) => {
+                    if n == 0 {
+                        slot.active = false;
+                    }
+                    events += n as usize
+                }
                 RResult::RErr(error) => {
                     return Err(ProgressError::Module {
                         component: slot.component.clone(),
@@ -813,6 +847,7 @@ impl Messenger {
         }
         let i = self.module_for(peer)?;
         let slot = &mut self.slots[i];
+        slot.active = true;
         if header.len() as u64 + payload.len() as u64 > slot.attrs.max_sendi_size {
             return Ok(false);
         }
@@ -909,6 +944,7 @@ impl Messenger {
             remote_key: RSlice::from_slice(remote_key),
             cookie,
         };
+        self.slots[i].active = true;
         let module = &mut self.slots[i].module;
         let result = if write {
             module.put(op)

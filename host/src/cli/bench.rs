@@ -107,11 +107,16 @@ fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
 
     let pings = Rc::new(Cell::new(0u64));
     let acks = Rc::new(Cell::new(0u64));
+    let largest = SIZES.iter().copied().max().unwrap_or(0);
     {
         let pings = Rc::clone(&pings);
+        // Received bytes land in a user buffer, as MPI_Recv puts them, so
+        // the figures compare with the MPI libraries' on the same pattern.
+        let mut landing = vec![0u8; largest];
         m.register(TAG_PING, move |msg| {
-            // Count only: the bench measures transport, not handler work.
-            let _ = msg.payload.len();
+            if let Some(dst) = landing.get_mut(..msg.payload.len()) {
+                dst.copy_from_slice(msg.payload);
+            }
             pings.set(pings.get() + 1);
         })
         .map_err(|e| e.to_string())?;
@@ -119,7 +124,7 @@ fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
         m.register(TAG_ACK, move |_| acks.set(acks.get() + 1))
             .map_err(|e| e.to_string())?;
     }
-    let buf = vec![0xA5u8; *SIZES.iter().max().unwrap_or(&0)];
+    let buf = vec![0xA5u8; largest];
     let mut rows = Vec::new();
     for &n in &SIZES {
         let (iters, warmup) = latency_iterations(n, quick);
