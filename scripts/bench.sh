@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace
-exec ./target/release/fireopal run -n 2 -- ./target/release/fireopal bench pingpong "$@"
+exec ./target/release/fireopal run --bind-to core -n 2 -- ./target/release/fireopal bench pingpong "$@"

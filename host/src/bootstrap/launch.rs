@@ -51,6 +51,9 @@ pub struct JobSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Prefix every line of output with `[rank] `.
     pub tag_output: bool,
+    /// Pin rank r to the r-th allowed CPU (wrapping), as `mpirun
+    /// --bind-to core` does, so benchmarks compare with MPI's.
+    pub bind_to_core: bool,
     /// How long ranks get between SIGTERM and SIGKILL when the job stops.
     pub grace: Duration,
     /// How long to keep forwarding output after every rank exited, for
@@ -68,6 +71,7 @@ impl JobSpec {
             args: Vec::new(),
             env: Vec::new(),
             tag_output: false,
+            bind_to_core: false,
             grace: Duration::from_secs(2),
             drain: Duration::from_secs(1),
         }
@@ -437,6 +441,14 @@ fn spawn_rank(spec: &JobSpec, rank: u32) -> Result<Rank, SpawnError> {
     let mut child = cmd.spawn().map_err(SpawnError::Spawn)?;
     // Our copy of the child's end must go, or we would never see it close.
     drop(theirs);
+    if spec.bind_to_core {
+        // Binding is a placement wish: a failure leaves the rank unbound.
+        if let Ok(cpus) = sys::allowed_cpus() {
+            if let Some(&cpu) = cpus.get(rank as usize % cpus.len().max(1)) {
+                let _ = sys::bind_to_cpu(child.id(), cpu);
+            }
+        }
+    }
     let mut outputs = Vec::with_capacity(2);
     if let Some(out) = child.stdout.take() {
         outputs.push(Output {

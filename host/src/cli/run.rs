@@ -8,11 +8,12 @@ use std::process::ExitCode;
 use crate::bootstrap::launch::{self, JobEvent, JobSpec};
 
 const USAGE: &str =
-    "usage: fireopal run -n N [--param name=value]... [--tag-output] [--] program [args]
+    "usage: fireopal run -n N [--param name=value]... [--tag-output] [--bind-to core|none] [--] program [args]
 
   -n N                  number of ranks (1 to 4096)
   --param name=value    set a parameter in every rank (as FIREOPAL_<NAME>)
   --tag-output          prefix each output line with [rank]
+  --bind-to core|none   pin rank r to the r-th allowed CPU (default none)
 ";
 
 /// What is wrong with the command line.
@@ -76,6 +77,7 @@ fn parse(args: &[String]) -> Result<JobSpec, UsageError> {
     let mut size = None;
     let mut env = Vec::new();
     let mut tag_output = false;
+    let mut bind_to_core = false;
     let mut rest = args.iter();
     let mut command: Vec<OsString> = Vec::new();
     while let Some(arg) = rest.next() {
@@ -92,6 +94,11 @@ fn parse(args: &[String]) -> Result<JobSpec, UsageError> {
             "-n" | "-np" | "--np" => size = Some(parse_count(&value_of("-n", None)?)?),
             "--param" => env.push(param_env(&value_of("--param", None)?)?),
             "--tag-output" => tag_output = true,
+            "--bind-to" => match value_of("--bind-to", None)?.as_str() {
+                "core" => bind_to_core = true,
+                "none" => bind_to_core = false,
+                other => return Err(UsageError::UnknownOption(format!("--bind-to {other}"))),
+            },
             _ if arg.starts_with("-n=") => {
                 size = Some(parse_count(&value_of("-n", arg.strip_prefix("-n="))?)?);
             }
@@ -119,6 +126,7 @@ fn parse(args: &[String]) -> Result<JobSpec, UsageError> {
         .map(|(k, v)| (OsString::from(k), OsString::from(v)))
         .collect();
     spec.tag_output = tag_output;
+    spec.bind_to_core = bind_to_core;
     Ok(spec)
 }
 
