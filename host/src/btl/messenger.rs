@@ -537,23 +537,27 @@ impl Messenger {
         let cookie = self.next_cookie;
         match slot.module.send(peer, tag, h, p, cookie).into_result() {
             Ok(Completion::Done) => Ok(SendTicket::Done),
-            Ok(Completion::Pending) => {
-                self.next_cookie += 1;
-                let id = SendId(self.next_send);
-                self.next_send += 1;
-                self.cookies.insert(cookie, id);
-                self.outstanding.insert(
-                    id,
-                    Outstanding {
-                        id,
-                        parts_left: 1,
-                        error: None,
-                    },
-                );
-                Ok(SendTicket::Pending(id))
-            }
+            Ok(Completion::Pending) => Ok(self.track_pending(cookie)),
             Err(e) => Err(SendError::Module(e)),
         }
+    }
+
+    /// Records a single operation the module will complete later under
+    /// `cookie` (the next cookie, now used up).
+    fn track_pending(&mut self, cookie: u64) -> SendTicket {
+        self.next_cookie += 1;
+        let id = SendId(self.next_send);
+        self.next_send += 1;
+        self.cookies.insert(cookie, id);
+        self.outstanding.insert(
+            id,
+            Outstanding {
+                id,
+                parts_left: 1,
+                error: None,
+            },
+        );
+        SendTicket::Pending(id)
     }
 
     fn send_fragmented(
@@ -953,21 +957,7 @@ impl Messenger {
         };
         match result.into_result().map_err(SendError::Module)? {
             Completion::Done => Ok(SendTicket::Done),
-            Completion::Pending => {
-                self.next_cookie += 1;
-                let id = SendId(self.next_send);
-                self.next_send += 1;
-                self.cookies.insert(cookie, id);
-                self.outstanding.insert(
-                    id,
-                    Outstanding {
-                        id,
-                        parts_left: 1,
-                        error: None,
-                    },
-                );
-                Ok(SendTicket::Pending(id))
-            }
+            Completion::Pending => Ok(self.track_pending(cookie)),
         }
     }
 }
