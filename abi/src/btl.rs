@@ -56,6 +56,11 @@ impl BtlFlags {
     pub const NEEDS_LOCAL_REGISTRATION: Self = Self(1 << 3);
     /// The module may be used to stripe one large message with others.
     pub const STRIPE: Self = Self(1 << 4);
+    /// [`Transport::send_in_place`] reads the payload where it is.
+    pub const SEND_IN_PLACE: Self = Self(1 << 5);
+    /// [`Transport::alloc_transfer_buffer`] hands out memory peers read
+    /// with a single copy (memfd segments a peer maps once).
+    pub const TRANSFER_BUFFERS: Self = Self(1 << 6);
 
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: Self) -> bool {
@@ -248,6 +253,17 @@ pub struct Registration {
     pub remote_key: RVec<u8>,
 }
 
+/// Memory from [`Transport::alloc_transfer_buffer`], valid until
+/// [`Transport::free_transfer_buffer`] (or the module's end).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferBuffer {
+    /// Module-local id, given back to `free_transfer_buffer`.
+    pub id: u64,
+    /// The memory, writable by the owner.
+    pub region: MemRegion,
+}
+
 /// One RDMA operation.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, Copy)]
@@ -358,6 +374,34 @@ pub trait Transport: Send + 'static {
     /// Makes progress: sends what is queued, receives what arrived, and
     /// reports each event to `sink`. Returns how many events it reported.
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError>;
+
+    /// Sends like [`Transport::send`], except that the module may read
+    /// `payload` after returning (the receiver may copy it straight from
+    /// there): `Done` means it was read already; `Pending` means exactly one
+    /// `send_complete(cookie)` follows, and only then may the caller reuse
+    /// the memory. Offered with [`BtlFlags::SEND_IN_PLACE`].
+    fn send_in_place(
+        &mut self,
+        _peer: Rank,
+        _tag: u8,
+        _header: &[u8],
+        _payload: MemRegion,
+        _cookie: u64,
+    ) -> Result<Completion, PluginError> {
+        Err(PluginError::unsupported("send in place"))
+    }
+
+    /// At least `len` bytes that peers read with a single copy when sent
+    /// with `send_in_place`. Offered with [`BtlFlags::TRANSFER_BUFFERS`].
+    fn alloc_transfer_buffer(&mut self, _len: usize) -> Result<TransferBuffer, PluginError> {
+        Err(PluginError::unsupported("transfer buffers"))
+    }
+
+    /// Releases a transfer buffer; sends from it must be complete. Peers
+    /// drop their mappings of it.
+    fn free_transfer_buffer(&mut self, _id: u64) -> Result<(), PluginError> {
+        Err(PluginError::unsupported("transfer buffers"))
+    }
 }
 
 /// Host-side receiver of events, as it crosses the boundary.
@@ -422,8 +466,21 @@ pub trait BtlModule: Send {
     /// See [`Transport::get`].
     fn get(&mut self, op: RdmaOp<'_>) -> RResult<Completion, PluginError>;
     /// See [`Transport::progress`].
-    #[sabi(last_prefix_field)]
     fn progress(&mut self, sink: BtlEventSinkRef<'_>) -> RResult<u32, PluginError>;
+    /// See [`Transport::send_in_place`].
+    fn send_in_place(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: RSlice<'_, u8>,
+        payload: MemRegion,
+        cookie: u64,
+    ) -> RResult<Completion, PluginError>;
+    /// See [`Transport::alloc_transfer_buffer`].
+    fn alloc_transfer_buffer(&mut self, len: usize) -> RResult<TransferBuffer, PluginError>;
+    /// See [`Transport::free_transfer_buffer`].
+    #[sabi(last_prefix_field)]
+    fn free_transfer_buffer(&mut self, id: u64) -> RResult<(), PluginError>;
 }
 
 /// Owned module trait object, as returned by `open`.

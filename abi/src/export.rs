@@ -20,7 +20,7 @@ use abi_stable::std_types::{RErr, RResult, RSlice, RStr, RString, RVec};
 use crate::btl::{
     Access, BtlAttributes, BtlComponent, BtlComponentImpl, BtlComponentRef, BtlEventSinkRef,
     BtlModule, BtlModuleBox, BtlModule_TO, Completion, EventSink, MemRegion, PeerAddress, Rank,
-    RdmaOp, Reachability, Registration, SendiOutcome, Transport,
+    RdmaOp, Reachability, Registration, SendiOutcome, TransferBuffer, Transport,
 };
 use crate::host::{Host, HostServicesArc};
 use crate::memheap::{
@@ -185,6 +185,26 @@ impl<T: Transport> BtlModule for TransportAdapter<T> {
             let n = inner.progress(&mut SinkAdapter(&mut sink))?;
             Ok(u32::try_from(n).unwrap_or(u32::MAX))
         })
+    }
+    fn send_in_place(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: RSlice<'_, u8>,
+        payload: MemRegion,
+        cookie: u64,
+    ) -> RResult<Completion, PluginError> {
+        let inner = &mut self.inner;
+        self.poison
+            .run(|| inner.send_in_place(peer, tag, header.as_slice(), payload, cookie))
+    }
+    fn alloc_transfer_buffer(&mut self, len: usize) -> RResult<TransferBuffer, PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.alloc_transfer_buffer(len))
+    }
+    fn free_transfer_buffer(&mut self, id: u64) -> RResult<(), PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.free_transfer_buffer(id))
     }
 }
 

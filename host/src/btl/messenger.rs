@@ -223,6 +223,8 @@ pub struct Messenger {
     failures: Vec<(Rank, String)>,
     reassembly: HashMap<(usize, Rank), Reassembly>,
     polls: u64,
+    /// Transfer buffers handed out and not freed: (module, id).
+    live_buffers: Vec<(usize, u64)>,
 }
 
 impl fmt::Debug for Messenger {
@@ -397,6 +399,7 @@ impl Messenger {
             failures: Vec::new(),
             reassembly: HashMap::new(),
             polls: 0,
+            live_buffers: Vec::new(),
         };
         if registry.params().str_value("log_level") == Some("debug") {
             for peer in 0..size {
@@ -956,6 +959,151 @@ impl Messenger {
             module.get(op)
         };
         match result.into_result().map_err(SendError::Module)? {
+            Completion::Done => Ok(SendTicket::Done),
+            Completion::Pending => Ok(self.track_pending(cookie)),
+        }
+    }
+}
+
+/// Memory from a transport that peers read with a single copy (see
+/// [`Messenger::alloc_transfer_buffer`]). Valid until freed through the
+/// messenger that made it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TransferBufferHandle {
+    module: usize,
+    id: u64,
+    region: MemRegion,
+}
+
+impl TransferBufferHandle {
+    /// Bytes of the buffer.
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Whether it is empty (never: buffers have at least one page).
+    pub fn is_empty(&self) -> bool {
+        self.region.is_empty()
+    }
+}
+
+impl Messenger {
+    /// A buffer of at least `len` bytes that the module serving `peer`
+    /// lets peers read with one copy (shared memory: a memfd segment the
+    /// peer maps once). `Unsupported` when the module has none.
+    pub fn alloc_transfer_buffer(
+        &mut self,
+        peer: Rank,
+        len: usize,
+    ) -> Result<TransferBufferHandle, SendError> {
+        let i = self.module_for(peer)?;
+        let b = self.slots[i]
+            .module
+            .alloc_transfer_buffer(len)
+            .into_result()
+            .map_err(SendError::Module)?;
+        if b.region.len() < len {
+            return Err(SendError::Module(PluginError::invalid(
+                "transport returned a transfer buffer shorter than asked",
+            )));
+        }
+        self.live_buffers.push((i, b.id));
+        Ok(TransferBufferHandle {
+            module: i,
+            id: b.id,
+            region: b.region,
+        })
+    }
+
+    /// Frees a transfer buffer; sends from it must be complete.
+    pub fn free_transfer_buffer(&mut self, buffer: TransferBufferHandle) -> Result<(), SendError> {
+        self.live_buffers
+            .retain(|&(m, id)| (m, id) != (buffer.module, buffer.id));
+        let slot = self
+            .slots
+            .get_mut(buffer.module)
+            .ok_or(SendError::Unreachable(self.rank))?;
+        slot.module
+            .free_transfer_buffer(buffer.id)
+            .into_result()
+            .map_err(SendError::Module)
+    }
+
+    fn check_buffer(&self, buffer: &TransferBufferHandle, end: usize) -> Result<(), SendError> {
+        if !self.live_buffers.contains(&(buffer.module, buffer.id)) {
+            return Err(SendError::Module(PluginError::invalid(
+                "transfer buffer is not live in this messenger",
+            )));
+        }
+        if end > buffer.region.len() {
+            return Err(SendError::Module(PluginError::invalid(
+                "range is past the end of the transfer buffer",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into `buffer` at `offset`. Writing bytes a pending
+    /// send reads changes what the peer receives.
+    #[allow(unsafe_code)]
+    pub fn write_transfer_buffer(
+        &mut self,
+        buffer: &TransferBufferHandle,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), SendError> {
+        let end = offset.saturating_add(data.len());
+        self.check_buffer(buffer, end)?;
+        // SAFETY: the buffer is live (its module keeps it mapped until it
+        // is freed through this messenger, checked above) and
+        // `offset..end` lies inside it; `data` is ordinary memory of ours,
+        // so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                buffer.region.as_ptr().add(offset),
+                data.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Sends the first `len` bytes of `buffer` to `peer`, read where they
+    /// are (single copy). The buffer must not be freed before the send
+    /// completes. Falls back to an ordinary send for messages the module
+    /// sends eagerly anyway.
+    #[allow(unsafe_code)]
+    pub fn send_from_transfer_buffer(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        buffer: &TransferBufferHandle,
+        len: usize,
+    ) -> Result<SendTicket, SendError> {
+        if tag >= FIRST_RESERVED_TAG {
+            return Err(SendError::ReservedTag(tag));
+        }
+        self.check_buffer(buffer, len)?;
+        let i = self.module_for(peer)?;
+        if i != buffer.module {
+            return Err(SendError::Module(PluginError::invalid(
+                "transfer buffer belongs to another transport than the peer's",
+            )));
+        }
+        // SAFETY: a sub-range of a live transfer buffer, which its module
+        // keeps mapped until freed; the caller keeps it unfreed until the
+        // send completes.
+        let region = unsafe { MemRegion::new(buffer.region.as_ptr(), len) };
+        let cookie = self.next_cookie;
+        let slot = &mut self.slots[i];
+        slot.active = true;
+        match slot
+            .module
+            .send_in_place(peer, tag, RSlice::from_slice(header), region, cookie)
+            .into_result()
+            .map_err(SendError::Module)?
+        {
             Completion::Done => Ok(SendTicket::Done),
             Completion::Pending => Ok(self.track_pending(cookie)),
         }

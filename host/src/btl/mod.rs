@@ -26,5 +26,5 @@ pub mod self_btl;
 
 pub use messenger::{
     Incoming, InitError, MemoryHandle, Messenger, ProgressError, RouteInfo, SendError, SendId,
-    SendTicket, FIRST_RESERVED_TAG,
+    SendTicket, TransferBufferHandle, FIRST_RESERVED_TAG,
 };

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use super::json::Json;
 use super::CommonArgs;
 use crate::bootstrap::Bootstrap;
-use crate::btl::{Messenger, SendTicket};
+use crate::btl::{Messenger, SendTicket, TransferBufferHandle};
 use crate::plugin::{Options, Registry};
+use fireopal_abi::btl::BtlFlags;
 
 const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
 const WINDOW: usize = 64;
@@ -125,14 +126,29 @@ fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     let buf = vec![0xA5u8; largest];
+    let attrs = m.attributes(peer);
+    let in_place = BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS;
+    let mut transfer = None;
+    if let Some(a) = attrs.filter(|a| a.flags.contains(in_place)) {
+        let tb = m
+            .alloc_transfer_buffer(peer, largest)
+            .map_err(|e| e.to_string())?;
+        m.write_transfer_buffer(&tb, 0, &buf)
+            .map_err(|e| e.to_string())?;
+        transfer = Some((tb, a.eager_limit));
+    }
     let mut rows = Vec::new();
     for &n in &SIZES {
         let (iters, warmup) = latency_iterations(n, quick);
-        let payload = buf.get(..n).unwrap_or(&[]);
-        let t = pingpong(&mut m, rank, size, peer, payload, iters, warmup, &pings)?;
+        let payload = Source {
+            bytes: buf.get(..n).unwrap_or(&[]),
+            transfer: transfer.take(),
+        };
+        let t = pingpong(&mut m, rank, size, peer, &payload, iters, warmup, &pings)?;
         let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
         let windows = bandwidth_windows(n, quick);
-        let t = stream(&mut m, rank, size, peer, payload, windows, &pings, &acks)?;
+        let t = stream(&mut m, rank, size, peer, &payload, windows, &pings, &acks)?;
+        transfer = payload.transfer;
         let bytes = (n * WINDOW * windows) as f64;
         let bandwidth_mbs = bytes / t.as_secs_f64() / 1e6;
         rows.push(Row {
@@ -142,6 +158,9 @@ fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
         });
     }
     drain_sends(&mut m)?;
+    if let Some((tb, _)) = transfer {
+        m.free_transfer_buffer(tb).map_err(|e| e.to_string())?;
+    }
     boot.barrier().map_err(|e| e.to_string())?;
     if rank == 0 {
         let module = format!("{}[{}]", route.component, route.index);
@@ -188,6 +207,9 @@ fn wait_for(m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), S
         if let Some((peer, why)) = m.take_failures().into_iter().next() {
             return Err(format!("rank {peer} failed: {why}"));
         }
+        for (_, status) in m.take_completions() {
+            status.map_err(|e| e.to_string())?;
+        }
         if events > 0 {
             last_event = Instant::now();
         } else if last_event.elapsed() > STALL {
@@ -198,6 +220,28 @@ fn wait_for(m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), S
         }
     }
     Ok(())
+}
+
+/// Where the bench's payloads come from: ordinary memory, and above the
+/// eager limit a transfer buffer when the transport offers single-copy
+/// sends from one (as a runtime would place its large buffers).
+struct Source<'a> {
+    bytes: &'a [u8],
+    transfer: Option<(TransferBufferHandle, u64)>,
+}
+
+impl Source<'_> {
+    fn send(&self, m: &mut Messenger, peer: u32, tag: u8) -> Result<(), String> {
+        let ticket = match &self.transfer {
+            Some((buffer, eager)) if self.bytes.len() as u64 > *eager => {
+                m.send_from_transfer_buffer(peer, tag, &[], buffer, self.bytes.len())
+            }
+            _ => m.send(peer, tag, &[], self.bytes),
+        };
+        match ticket.map_err(|e| e.to_string())? {
+            SendTicket::Done | SendTicket::Pending(_) => Ok(()),
+        }
+    }
 }
 
 fn send(m: &mut Messenger, peer: u32, tag: u8, payload: &[u8]) -> Result<(), String> {
@@ -229,7 +273,7 @@ fn pingpong(
     rank: u32,
     size: u32,
     peer: u32,
-    payload: &[u8],
+    payload: &Source<'_>,
     iters: usize,
     warmup: usize,
     pings: &Cell<u64>,
@@ -242,16 +286,16 @@ fn pingpong(
         let seen = pings.get();
         if size == 1 {
             // One process: a round trip is two one-way trips to itself.
-            send(m, peer, TAG_PING, payload)?;
+            payload.send(m, peer, TAG_PING)?;
             wait_for(m, pings, seen + 1)?;
-            send(m, peer, TAG_PING, payload)?;
+            payload.send(m, peer, TAG_PING)?;
             wait_for(m, pings, seen + 2)?;
         } else if rank == 0 {
-            send(m, peer, TAG_PING, payload)?;
+            payload.send(m, peer, TAG_PING)?;
             wait_for(m, pings, seen + 1)?;
         } else {
             wait_for(m, pings, seen + 1)?;
-            send(m, peer, TAG_PING, payload)?;
+            payload.send(m, peer, TAG_PING)?;
         }
     }
     Ok(start.elapsed())
@@ -263,7 +307,7 @@ fn stream(
     rank: u32,
     size: u32,
     peer: u32,
-    payload: &[u8],
+    payload: &Source<'_>,
     windows: usize,
     pings: &Cell<u64>,
     acks: &Cell<u64>,
@@ -274,7 +318,7 @@ fn stream(
         let pings_due = ping_base + w * WINDOW as u64;
         if size == 1 || rank == 0 {
             for _ in 0..WINDOW {
-                send(m, peer, TAG_PING, payload)?;
+                payload.send(m, peer, TAG_PING)?;
             }
         }
         if size == 1 || rank == 1 {

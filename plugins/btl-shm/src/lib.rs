@@ -341,7 +341,11 @@ fn attributes(cfg: &Config) -> BtlAttributes {
         exclusivity: exclusivity::SHARED_MEMORY,
         latency_ns: 150,
         bandwidth_mbps: 20_000,
-        flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET,
+        flags: BtlFlags::SEND
+            | BtlFlags::PUT
+            | BtlFlags::GET
+            | BtlFlags::SEND_IN_PLACE
+            | BtlFlags::TRANSFER_BUFFERS,
         registration_handle_size: fireopal_core::shmq::wire::REMOTE_KEY_LEN as u32,
     }
 }

@@ -332,6 +332,8 @@ struct State {
 pub struct ShmTransport {
     own: Own,
     st: State,
+    /// Transfer buffers handed out through the plugin interface, by id.
+    host_buffers: HashMap<u64, TransferBuffer>,
 }
 
 /// Hasher of the transport's integer keys (ranks, operation ids): one
@@ -452,6 +454,7 @@ impl ShmTransport {
             .map_err(|e| PluginError::new(ErrorKind::RESOURCE_EXHAUSTED, e.to_string()))?;
         let local_size = job.local_size as usize;
         Ok(ShmTransport {
+            host_buffers: HashMap::new(),
             own: Own {
                 seg,
                 layout,
@@ -1826,7 +1829,7 @@ fn probe_cma_peer(pid: u32, probe: u64) -> Result<(), String> {
 
 impl ShmTransport {
     fn receive(&mut self, sink: &mut dyn EventSink) -> usize {
-        let ShmTransport { own, st } = self;
+        let ShmTransport { own, st, .. } = self;
         let view = own.seg.map.view();
         let mut events = 0;
         // Fragments that arrived before their sender was added.
@@ -1938,6 +1941,43 @@ impl ShmTransport {
 }
 
 impl Transport for ShmTransport {
+    fn send_in_place(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: MemRegion,
+        cookie: u64,
+    ) -> Result<Completion, PluginError> {
+        // SAFETY: the trait's contract is the inherent method's: `payload`
+        // stays valid and unchanged until `Done` or `send_complete(cookie)`
+        // (and `MemRegion::new`'s own contract made it valid to begin with).
+        unsafe { ShmTransport::send_in_place(self, peer, tag, header, payload, cookie) }
+    }
+
+    fn alloc_transfer_buffer(
+        &mut self,
+        len: usize,
+    ) -> Result<fireopal_abi::btl::TransferBuffer, PluginError> {
+        let buffer = ShmTransport::alloc_transfer_buffer(self, len)?;
+        let id = buffer.segment_id();
+        // SAFETY: the mapping stays in `host_buffers` until
+        // `free_transfer_buffer(id)` or the module's end, which is the
+        // lifetime the interface promises for the region.
+        let region = unsafe { MemRegion::new(buffer.as_ptr(), buffer.len()) };
+        self.host_buffers.insert(id, buffer);
+        Ok(fireopal_abi::btl::TransferBuffer { id, region })
+    }
+
+    fn free_transfer_buffer(&mut self, id: u64) -> Result<(), PluginError> {
+        let buffer = self
+            .host_buffers
+            .remove(&id)
+            .ok_or_else(|| PluginError::invalid(format!("no transfer buffer {id}")))?;
+        self.release_transfer_buffer(buffer);
+        Ok(())
+    }
+
     fn attributes(&self) -> Result<BtlAttributes, PluginError> {
         Ok(attributes(&self.st.cfg))
     }

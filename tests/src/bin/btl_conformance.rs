@@ -46,6 +46,7 @@ const TAG_SUMMARY: u8 = 14;
 const TAG_DEATH: u8 = 15;
 const TAG_FLOOD: u8 = 16;
 const TAG_RDMA_DONE: u8 = 17;
+const TAG_IN_PLACE: u8 = 18;
 
 type Inbox = Rc<RefCell<Vec<(u32, Vec<u8>, Vec<u8>)>>>;
 
@@ -431,6 +432,54 @@ fn case_rdma(c: &mut Ctx) -> Result<(), String> {
     c.barrier()
 }
 
+/// Single-copy sends from transfer buffers, where the module offers them:
+/// intact, in order, each completion once, and the buffer reusable after.
+fn case_in_place(c: &mut Ctx) -> Result<(), String> {
+    let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
+    if !flags.contains(BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS) {
+        println!("rank {}: note in-place: not offered", c.rank);
+        return c.barrier();
+    }
+    const LENS: [usize; 5] = [1, 100, 9000, 65_536, 1 << 20];
+    let tb =
+        c.m.alloc_transfer_buffer(c.next, 1 << 20)
+            .map_err(|e| format!("alloc: {e}"))?;
+    for round in 0..2u32 {
+        // Round 1 rewrites the buffer: what was sent before must not change.
+        c.drain_sends()?;
+        let data = pattern(c.rank, 500 + round, 1 << 20);
+        c.m.write_transfer_buffer(&tb, 0, &data)
+            .map_err(|e| e.to_string())?;
+        for (i, &len) in LENS.iter().enumerate() {
+            let seq = round * 16 + i as u32;
+            let mut h = vec![TAG_IN_PLACE];
+            h.extend_from_slice(&seq.to_le_bytes());
+            c.m.send_from_transfer_buffer(c.next, TAG_IN_PLACE, &h, &tb, len)
+                .map_err(|e| format!("send in place: {e}"))?;
+        }
+    }
+    c.wait("in-place messages", |c| {
+        c.inbox_count(TAG_IN_PLACE) == 2 * LENS.len()
+    })?;
+    for (k, (_, h, p)) in c.take_inbox(TAG_IN_PLACE).into_iter().enumerate() {
+        let (round, i) = ((k / LENS.len()) as u32, k % LENS.len());
+        let seq = h
+            .get(1..5)
+            .and_then(|b| b.try_into().ok())
+            .map_or(u32::MAX, u32::from_le_bytes);
+        let want = pattern(c.prev, 500 + round, 1 << 20);
+        if seq != round * 16 + i as u32 || p.as_slice() != want.get(..LENS[i]).unwrap_or(&[]) {
+            return Err(format!(
+                "in-place message {k} ({} bytes) arrived wrong",
+                LENS[i]
+            ));
+        }
+    }
+    c.barrier()?;
+    c.m.free_transfer_buffer(tb).map_err(|e| e.to_string())?;
+    c.barrier()
+}
+
 /// A peer that dies is reported as an error, not a hang. The last rank
 /// leaves abruptly; rank 0 keeps sending to it.
 fn case_peer_death(c: &mut Ctx) -> Result<(), String> {
@@ -529,6 +578,7 @@ fn run(btl: &str) -> Result<bool, String> {
         TAG_DEATH,
         TAG_FLOOD,
         TAG_RDMA_DONE,
+        TAG_IN_PLACE,
     ] {
         let inbox = Rc::clone(&inbox);
         m.register(tag, move |msg| {
@@ -566,12 +616,13 @@ fn run(btl: &str) -> Result<bool, String> {
         rdma_done: std::collections::HashMap::new(),
     };
     type Case = fn(&mut Ctx) -> Result<(), String>;
-    let cases: [(&str, Case); 6] = [
+    let cases: [(&str, Case); 7] = [
         ("sizes", case_sizes),
         ("many", case_many),
         ("completions", case_completions),
         ("sendi", case_sendi),
         ("rdma", case_rdma),
+        ("in-place", case_in_place),
         ("peer-death", case_peer_death),
     ];
     let mut ok = true;
