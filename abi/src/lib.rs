@@ -91,6 +91,14 @@ pub enum Availability {
         /// Human-readable reason, e.g. "no InfiniBand device".
         reason: abi_stable::std_types::RString,
     },
+    /// Usable, with a note `fireopal info` shows beside the priority (a
+    /// path declined, a limit in force).
+    AvailableWithNote {
+        /// Priority, larger is preferred.
+        priority: u32,
+        /// What `fireopal info` shows.
+        note: abi_stable::std_types::RString,
+    },
 }
 
 /// The version of this interface crate, as abi_stable checks it.

@@ -543,9 +543,9 @@ fn fireopal_info_lists_and_selects_both_components() {
     let (code, out, err) = fireopal(&["info", "--json"], &[]);
     assert_eq!(code, 0, "{err}");
     for needle in [
-        r#""framework":"memheap","name":"buddy","origin":"built-in","version":"0.1.0","status":"available","priority":30,"reason":null,"selected":true"#.to_owned(),
+        r#""framework":"memheap","name":"buddy","origin":"built-in","version":"0.1.0","status":"available","priority":30,"reason":null,"note":null,"selected":true"#.to_owned(),
         format!(
-            r#""framework":"memheap","name":"ptmalloc","origin":"{found}","version":"0.1.0","status":"available","priority":10,"reason":null,"selected":false"#
+            r#""framework":"memheap","name":"ptmalloc","origin":"{found}","version":"0.1.0","status":"available","priority":10,"reason":null,"note":null,"selected":false"#
         ),
         r#""name":"memheap_buddy_min_block","owner":"memheap buddy","type":"size","value":64"#.to_owned(),
     ] {

@@ -24,7 +24,29 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let registry = Registry::discover(&common.discovery_options());
+    let mut options = common.discovery_options();
+    // Under a launcher, show what a rank of that job sees (transports that
+    // need node-local peers, for one).
+    let boot = if std::env::var_os("PMI_FD").is_some() {
+        match crate::bootstrap::Bootstrap::init() {
+            Ok(b) => {
+                options.job = b.job_info();
+                Some(b)
+            }
+            Err(e) => {
+                eprintln!("fireopal info: joining the job: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    let registry = Registry::discover(&options);
+    if let Some(b) = boot {
+        if let Err(e) = b.finalize() {
+            eprintln!("fireopal info: leaving the job: {e}");
+        }
+    }
     if json {
         println!("{}", to_json(&registry).render());
     } else {
@@ -91,6 +113,7 @@ fn to_json(r: &Registry) -> Json {
                     priority.map_or(Json::Null, |p| Json::Int(i128::from(p))),
                 ),
                 ("reason", reason.map_or(Json::Null, Json::Str)),
+                ("note", c.note().map_or(Json::Null, Json::str)),
                 ("selected", Json::Bool(c.is_selected())),
             ])
         })
@@ -159,13 +182,15 @@ fn to_text(r: &Registry) -> String {
             .version()
             .map_or_else(|| "-".to_owned(), |v| v.to_string());
         let selected = if c.is_selected() { " [selected]" } else { "" };
+        let note = c.note().map(|n| format!("; {n}")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:<8} {:<12} {:<8} {}{}\n  {:<8} {:<12} {:<8} from {}",
+            "  {:<8} {:<12} {:<8} {}{}{}\n  {:<8} {:<12} {:<8} from {}",
             c.framework().name(),
             c.name(),
             version,
             c.status(),
+            note,
             selected,
             "",
             "",

@@ -134,11 +134,16 @@ pub struct Component {
     origin: Origin,
     version: Option<ComponentVersion>,
     status: Status,
+    note: Option<String>,
     selected: bool,
     root: Option<Root>,
 }
 
 impl Component {
+    /// What the component said beside its availability, if anything.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
     /// Its framework (for files with an unknown framework: the framework
     /// part of the file name is in [`LoadError::UnknownFramework`]).
     pub fn framework(&self) -> Framework {
@@ -408,6 +413,7 @@ impl Registry {
                 name,
                 origin: Origin::BuiltIn,
                 version: Some(version),
+                note: None,
                 status: if admitted {
                     Status::Unavailable {
                         reason: "not queried".into(),
@@ -435,6 +441,7 @@ impl Registry {
                     origin: Origin::File(cand.path.clone()),
                     version: None,
                     status: Status::NotLoaded(LoadError::UnknownFramework(cand.framework.clone())),
+                    note: None,
                     selected: false,
                     root: None,
                 });
@@ -456,6 +463,7 @@ impl Registry {
                 status: Status::Unavailable {
                     reason: "not queried".into(),
                 },
+                note: None,
                 selected: false,
                 root: None,
             };
@@ -544,6 +552,10 @@ impl Registry {
             };
             c.status = match answer {
                 RResult::ROk(Availability::Available { priority }) => {
+                    Status::Available { priority }
+                }
+                RResult::ROk(Availability::AvailableWithNote { priority, note }) => {
+                    c.note = Some(note.into_string());
                     Status::Available { priority }
                 }
                 RResult::ROk(Availability::Unavailable { reason }) => Status::Unavailable {

@@ -308,8 +308,28 @@ impl BtlComponentImpl for ShmComponent {
             };
         }
         let priority = host.param_u64(PARAM_PRIORITY).unwrap_or(80);
+        // The single-copy paths, as `fireopal info` shows them.
+        let wanted = host
+            .param_str(PARAM_SINGLE_COPY)
+            .unwrap_or_else(|| "auto".into());
+        let cma = match wanted.as_str() {
+            "none" | "memfd" => format!("off (disabled by {PARAM_SINGLE_COPY})"),
+            _ => match transport::probe_cma_siblings() {
+                Ok(()) => "on".into(),
+                Err(why) => format!("declined ({why})"),
+            },
+        };
+        let memfd = if matches!(wanted.as_str(), "none" | "cma") {
+            "off"
+        } else {
+            "on"
+        };
+        let note = format!("single copy: memfd mappings {memfd}, process_vm_readv {cma}");
         match u32::try_from(priority) {
-            Ok(priority) => Availability::Available { priority },
+            Ok(priority) => Availability::AvailableWithNote {
+                priority,
+                note: note.into(),
+            },
             Err(_) => Availability::Unavailable {
                 reason: format!("{PARAM_PRIORITY} is larger than 2^32-1").into(),
             },

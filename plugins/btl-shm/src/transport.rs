@@ -627,6 +627,34 @@ impl ShmTransport {
     }
 }
 
+/// Whether process_vm_readv may read sibling processes (the ranks of a
+/// job): it must work at all, and Yama's ptrace policy must let this
+/// process read a non-descendant.
+pub(crate) fn probe_cma_siblings() -> Result<(), String> {
+    probe_cma_self()?;
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    let cap_sys_ptrace = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 19) != 0);
+    match scope {
+        0 => Ok(()),
+        1 | 2 if cap_sys_ptrace => Ok(()),
+        1 => {
+            Err("Yama ptrace_scope 1 lets it read only descendants, and ranks are siblings".into())
+        }
+        2 => Err("Yama ptrace_scope 2 needs CAP_SYS_PTRACE".into()),
+        n => Err(format!("Yama ptrace_scope {n} forbids it")),
+    }
+}
+
 /// Checks that process_vm_readv works at all here (not filtered, not
 /// missing) by reading this process's own memory.
 fn probe_cma_self() -> Result<(), String> {

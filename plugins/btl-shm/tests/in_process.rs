@@ -60,14 +60,27 @@ fn query_needs_a_node_local_peer() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        ShmComponent::query(&host(0, 2, key, &[])),
-        Availability::Available { priority: 80 }
+    let priority_and_note = |a: Availability| match a {
+        Availability::AvailableWithNote { priority, note } => (priority, note.into_string()),
+        other => panic!("{other:?}"),
+    };
+    let (priority, note) = priority_and_note(ShmComponent::query(&host(0, 2, key, &[])));
+    assert_eq!(priority, 80);
+    assert!(
+        note.starts_with("single copy: memfd mappings on, process_vm_readv "),
+        "{note}"
     );
-    let custom = [(fireopal_btl_shm::PARAM_PRIORITY, ParamValue::UInt(7))];
-    assert_eq!(
-        ShmComponent::query(&host(0, 2, key, &custom)),
-        Availability::Available { priority: 7 }
+    let custom = [
+        (fireopal_btl_shm::PARAM_PRIORITY, ParamValue::UInt(7)),
+        (PARAM_SINGLE_COPY, ParamValue::Str("memfd".into())),
+    ];
+    let (priority, note) = priority_and_note(ShmComponent::query(&host(0, 2, key, &custom)));
+    assert_eq!(priority, 7);
+    assert!(
+        note.ends_with(&format!(
+            "process_vm_readv off (disabled by {PARAM_SINGLE_COPY})"
+        )),
+        "{note}"
     );
 }
 
