@@ -499,10 +499,7 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
-        if tag >= FIRST_RESERVED_TAG {
-            return Err(SendError::ReservedTag(tag));
-        }
-        let i = self.module_for(peer)?;
+        let i = self.user_route(peer, tag)?;
         let attrs = self.slots[i].attrs;
         let max_header = attrs.max_header_size as usize;
         let total = header.len() as u64 + payload.len() as u64;
@@ -526,21 +523,49 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
-        let slot = &mut self.slots[i];
-        slot.active = true;
-        let h = RSlice::from_slice(header);
-        let p = RSlice::from_slice(payload);
-        if header.len() as u64 + payload.len() as u64 <= slot.attrs.max_sendi_size {
-            match slot.module.sendi(peer, tag, h, p).into_result() {
-                Ok(SendiOutcome::Sent) => return Ok(SendTicket::Done),
-                Ok(SendiOutcome::Busy) => {}
-                Err(e) => return Err(SendError::Module(e)),
-            }
+        if self.sendi_on(i, peer, tag, header, payload)? {
+            return Ok(SendTicket::Done);
         }
         let cookie = self.next_cookie;
-        match slot.module.send(peer, tag, h, p, cookie).into_result() {
+        let (h, p) = (RSlice::from_slice(header), RSlice::from_slice(payload));
+        match self.slots[i]
+            .module
+            .send(peer, tag, h, p, cookie)
+            .into_result()
+        {
             Ok(Completion::Done) => Ok(SendTicket::Done),
             Ok(Completion::Pending) => Ok(self.track_pending(cookie)),
+            Err(e) => Err(SendError::Module(e)),
+        }
+    }
+
+    /// The module for `peer`, refusing the framework's own tags.
+    fn user_route(&self, peer: Rank, tag: u8) -> Result<usize, SendError> {
+        if tag >= FIRST_RESERVED_TAG {
+            return Err(SendError::ReservedTag(tag));
+        }
+        self.module_for(peer)
+    }
+
+    /// `sendi` on module `i`: `Ok(true)` when the whole message left,
+    /// `Ok(false)` when nothing did (too large for `sendi`, or Busy).
+    fn sendi_on(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<bool, SendError> {
+        let slot = &mut self.slots[i];
+        slot.active = true;
+        if header.len() as u64 + payload.len() as u64 > slot.attrs.max_sendi_size {
+            return Ok(false);
+        }
+        let (h, p) = (RSlice::from_slice(header), RSlice::from_slice(payload));
+        match slot.module.sendi(peer, tag, h, p).into_result() {
+            Ok(SendiOutcome::Sent) => Ok(true),
+            Ok(SendiOutcome::Busy) => Ok(false),
             Err(e) => Err(SendError::Module(e)),
         }
     }
@@ -849,29 +874,8 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<bool, SendError> {
-        if tag >= FIRST_RESERVED_TAG {
-            return Err(SendError::ReservedTag(tag));
-        }
-        let i = self.module_for(peer)?;
-        let slot = &mut self.slots[i];
-        slot.active = true;
-        if header.len() as u64 + payload.len() as u64 > slot.attrs.max_sendi_size {
-            return Ok(false);
-        }
-        match slot
-            .module
-            .sendi(
-                peer,
-                tag,
-                RSlice::from_slice(header),
-                RSlice::from_slice(payload),
-            )
-            .into_result()
-        {
-            Ok(SendiOutcome::Sent) => Ok(true),
-            Ok(SendiOutcome::Busy) => Ok(false),
-            Err(e) => Err(SendError::Module(e)),
-        }
+        let i = self.user_route(peer, tag)?;
+        self.sendi_on(i, peer, tag, header, payload)
     }
 
     /// Registers memory with the module that serves `peer`, for RDMA by
@@ -1081,11 +1085,8 @@ impl Messenger {
         buffer: &TransferBufferHandle,
         len: usize,
     ) -> Result<SendTicket, SendError> {
-        if tag >= FIRST_RESERVED_TAG {
-            return Err(SendError::ReservedTag(tag));
-        }
         self.check_buffer(buffer, len)?;
-        let i = self.module_for(peer)?;
+        let i = self.user_route(peer, tag)?;
         if i != buffer.module {
             return Err(SendError::Module(PluginError::invalid(
                 "transfer buffer belongs to another transport than the peer's",
