@@ -61,6 +61,10 @@ impl BtlFlags {
     /// [`Transport::alloc_transfer_buffer`] hands out memory peers read
     /// with a single copy (memfd segments a peer maps once).
     pub const TRANSFER_BUFFERS: Self = Self(1 << 6);
+    /// [`Transport::register_segment`] accepts memory files of the host
+    /// (the symmetric heap): payloads inside them are read by peers with a
+    /// single copy, through a mapping of the file.
+    pub const MAPPED_SEGMENTS: Self = Self(1 << 7);
 
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: Self) -> bool {
@@ -402,6 +406,28 @@ pub trait Transport: Send + 'static {
     fn free_transfer_buffer(&mut self, _id: u64) -> Result<(), PluginError> {
         Err(PluginError::unsupported("transfer buffers"))
     }
+
+    /// Makes memory the host already has in a memory file (a memfd) known
+    /// to the module, so that payloads and registrations inside `region`
+    /// are read by peers through a mapping of the file, with one copy.
+    /// `fd` is borrowed for the call only: a module that keeps the file
+    /// duplicates the descriptor. `region` must be a shared mapping of the
+    /// file from offset 0, and stay mapped until
+    /// [`unregister_segment`](Transport::unregister_segment). Returns the
+    /// module's id of the segment. Offered with
+    /// [`BtlFlags::MAPPED_SEGMENTS`]; a module may refuse a file it cannot
+    /// hand to peers safely (for shared memory: one not sealed against
+    /// resizing).
+    fn register_segment(&mut self, _fd: i32, _region: MemRegion) -> Result<u64, PluginError> {
+        Err(PluginError::unsupported("mapped segments"))
+    }
+
+    /// Forgets a segment from
+    /// [`register_segment`](Transport::register_segment); sends from it
+    /// must be complete. Peers drop their mappings of it.
+    fn unregister_segment(&mut self, _id: u64) -> Result<(), PluginError> {
+        Err(PluginError::unsupported("mapped segments"))
+    }
 }
 
 /// Host-side receiver of events, as it crosses the boundary.
@@ -481,6 +507,19 @@ pub trait BtlModule: Send {
     /// See [`Transport::free_transfer_buffer`].
     #[sabi(last_prefix_field)]
     fn free_transfer_buffer(&mut self, id: u64) -> RResult<(), PluginError>;
+
+    // Methods below were added after the first interface release: each has
+    // a default so that a host calling it on an older plugin's module gets
+    // `Unsupported` instead of a missing vtable entry.
+
+    /// See [`Transport::register_segment`].
+    fn register_segment(&mut self, _fd: i32, _region: MemRegion) -> RResult<u64, PluginError> {
+        RResult::RErr(PluginError::unsupported("mapped segments"))
+    }
+    /// See [`Transport::unregister_segment`].
+    fn unregister_segment(&mut self, _id: u64) -> RResult<(), PluginError> {
+        RResult::RErr(PluginError::unsupported("mapped segments"))
+    }
 }
 
 /// Owned module trait object, as returned by `open`.

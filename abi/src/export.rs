@@ -206,6 +206,14 @@ impl<T: Transport> BtlModule for TransportAdapter<T> {
         let inner = &mut self.inner;
         self.poison.run(|| inner.free_transfer_buffer(id))
     }
+    fn register_segment(&mut self, fd: i32, region: MemRegion) -> RResult<u64, PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.register_segment(fd, region))
+    }
+    fn unregister_segment(&mut self, id: u64) -> RResult<(), PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.unregister_segment(id))
+    }
 }
 
 /// Wraps a [`Transport`] into the boxed trait object that crosses the

@@ -1,11 +1,13 @@
 //! Segments this process owns: memfd files mapped here, described to peers
-//! by a [`SegmentRef`]. Three uses: the queue segment, staging buffers for
-//! rendezvous sends, and transfer buffers handed to the caller
-//! ([`TransferBuffer`]), whose memory peers read with a single copy.
+//! by a [`SegmentRef`]. Four uses: the queue segment, staging buffers for
+//! rendezvous sends, transfer buffers handed to the caller
+//! ([`TransferBuffer`]), and memory files the host made itself and
+//! registered (the symmetric heap); peers read the last two with a single
+//! copy.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use fireopal_core::shmq::layout::PAGE;
@@ -106,8 +108,18 @@ impl Drop for TransferBuffer {
     }
 }
 
-/// The transfer buffers of a transport: their files (kept open for peers
-/// to fetch) and descriptions, by address.
+/// Why a host's memory file was not adopted.
+#[derive(Debug)]
+pub(crate) enum AdoptError {
+    /// The descriptor could not be duplicated or inspected.
+    Io(io::Error),
+    /// The file does not qualify; the text says why.
+    Refused(&'static str),
+}
+
+/// The single-copy segments of a transport: transfer buffers and adopted
+/// host files, with their files (kept open for peers to fetch) and
+/// descriptions, by address.
 #[derive(Debug, Default)]
 pub(crate) struct Buffers {
     by_base: BTreeMap<u64, (OwnedFd, SegmentRef)>,
@@ -124,6 +136,72 @@ impl Buffers {
             id,
             releases: Arc::clone(&self.releases),
         })
+    }
+
+    /// Adopts a memory file of the host mapped at `base` (`len` bytes from
+    /// offset 0) as segment `id`: keeps a duplicate of `fd` for peers to
+    /// fetch. The file must carry the seals every segment carries, since
+    /// peers refuse a file whose size could change under their mapping,
+    /// be whole pages long, and be at least `len` bytes long; peers map
+    /// the whole file.
+    pub(crate) fn adopt(
+        &mut self,
+        id: u64,
+        fd: BorrowedFd<'_>,
+        base: u64,
+        len: u64,
+    ) -> Result<SegmentRef, AdoptError> {
+        if len == 0 {
+            return Err(AdoptError::Refused("the region is empty"));
+        }
+        let own = fd.try_clone_to_owned().map_err(AdoptError::Io)?;
+        let facts = sys::facts(&own).map_err(AdoptError::Io)?;
+        if facts.seals & sys::SEALS != sys::SEALS {
+            return Err(AdoptError::Refused(
+                "the file is not sealed against resizing (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL)",
+            ));
+        }
+        if facts.size < len {
+            return Err(AdoptError::Refused("the file is shorter than the region"));
+        }
+        // Peers map whole files at page granularity.
+        if facts.size % PAGE as u64 != 0 || base % PAGE as u64 != 0 {
+            return Err(AdoptError::Refused(
+                "the file is not whole pages long, or the region does not start on a page",
+            ));
+        }
+        let end = base.checked_add(facts.size);
+        let overlaps = self
+            .by_base
+            .range(..end.unwrap_or(u64::MAX))
+            .next_back()
+            .is_some_and(|(_, (_, s))| s.base.saturating_add(s.len) > base);
+        if end.is_none() || overlaps {
+            return Err(AdoptError::Refused(
+                "the region overlaps a segment the transport already has",
+            ));
+        }
+        let sref = SegmentRef {
+            id,
+            file_id: facts.ino,
+            fd: u32::try_from(own.as_raw_fd())
+                .map_err(|_| AdoptError::Refused("descriptor number out of range"))?,
+            base,
+            len: facts.size,
+        };
+        self.by_base.insert(base, (own, sref));
+        Ok(sref)
+    }
+
+    /// Forgets adopted segment `id` and closes its duplicate descriptor;
+    /// returns its description so that peers can be told.
+    pub(crate) fn forget(&mut self, id: u64) -> Option<SegmentRef> {
+        let base = self
+            .by_base
+            .iter()
+            .find(|(_, (_, s))| s.id == id)
+            .map(|(b, _)| *b)?;
+        self.by_base.remove(&base).map(|(_, s)| s)
     }
 
     /// Closes the files of dropped buffers; returns their descriptions so

@@ -44,15 +44,21 @@
 //!   and publishes the answer in its segment); otherwise it is staged. A
 //!   receiver that cannot read an in-place payload after all answers so,
 //!   and the sender stages it then.
+//! - Memory files of the host (the symmetric heap's memfd) join the
+//!   transfer buffers through [`ShmTransport::register_segment`]: payloads
+//!   and registrations inside them take the same mapped path. The file
+//!   must be sealed against resizing, as every segment is.
 //! - `put`/`get` on registered memory: one `memcpy` through a cached
-//!   mapping when the memory is in a transfer buffer, `process_vm_readv` /
-//!   `writev` when permitted, otherwise emulated with fragments through the
-//!   queues (the target moves the bytes when it progresses).
+//!   mapping when the memory is in a transfer buffer or a registered
+//!   segment, `process_vm_readv` / `writev` when permitted, otherwise
+//!   emulated with fragments through the queues (the target moves the
+//!   bytes when it progresses).
 //!
 //! Mappings of peers' segments live in a
 //! [`RegCache`](fireopal_core::regcache::RegCache) until their owner says
 //! it unmapped them (a notice sent to every peer when a transfer buffer or
-//! a dedicated staging segment goes away).
+//! a dedicated staging segment goes away, or a registered segment is
+//! unregistered).
 //!
 //! # Failures
 //!
@@ -365,7 +371,8 @@ fn attributes(cfg: &Config) -> BtlAttributes {
             | BtlFlags::PUT
             | BtlFlags::GET
             | BtlFlags::SEND_IN_PLACE
-            | BtlFlags::TRANSFER_BUFFERS,
+            | BtlFlags::TRANSFER_BUFFERS
+            | BtlFlags::MAPPED_SEGMENTS,
         registration_handle_size: fireopal_core::shmq::wire::REMOTE_KEY_LEN as u32,
     }
 }

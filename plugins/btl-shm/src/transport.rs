@@ -6,7 +6,7 @@
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use fireopal_abi::btl::{
@@ -25,7 +25,7 @@ use fireopal_core::shmq::wire::{
 };
 use fireopal_core::shmq::{keyspace, seq_distance, seq_next, Kind, Malformed, LINE};
 
-use crate::buffer::{Buffers, LocalSegment, StageSlot, Staging, TransferBuffer};
+use crate::buffer::{AdoptError, Buffers, LocalSegment, StageSlot, Staging, TransferBuffer};
 use crate::mapcache::{MapRequest, PeerMapper, PeerMapping, MAPPING_ACCESS};
 use crate::mem::{self, Mapping, View};
 use crate::queue::{
@@ -561,6 +561,56 @@ impl ShmTransport {
     pub fn release_transfer_buffer(&mut self, buffer: TransferBuffer) {
         drop(buffer);
         self.st.reap_buffers();
+    }
+
+    /// Adopts a memory file of the caller (the symmetric heap's memfd),
+    /// mapped shared at `region` from offset 0, as a single-copy segment:
+    /// payloads and registrations inside `region` are then read by peers
+    /// through a cached mapping of the file, as for a [`TransferBuffer`].
+    /// The file must be whole pages long and sealed with `F_SEAL_SHRINK`,
+    /// `F_SEAL_GROW` and `F_SEAL_SEAL` (create it with
+    /// `MFD_ALLOW_SEALING`), because peers map whole pages and refuse a
+    /// file whose size could change under their mapping. `fd` is
+    /// duplicated; the caller keeps its own. `region` must stay mapped
+    /// until [`unregister_segment`](Self::unregister_segment) or the
+    /// module's end. Returns the segment's id.
+    pub fn register_segment(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        region: MemRegion,
+    ) -> Result<u64, PluginError> {
+        if !self.st.cfg.single_copy.memfd() {
+            return Err(PluginError::unsupported(&format!(
+                "mapped segments (memfd mappings disabled by {})",
+                crate::PARAM_SINGLE_COPY
+            )));
+        }
+        self.st.reap_buffers();
+        let id = self.st.next_seg_id;
+        let base = region.addr() as u64;
+        match self.st.buffers.adopt(id, fd, base, region.len() as u64) {
+            Ok(_) => {
+                self.st.next_seg_id += 1;
+                Ok(id)
+            }
+            Err(AdoptError::Io(e)) => Err(io_error("cannot adopt the memory file", e)),
+            Err(AdoptError::Refused(why)) => Err(PluginError::invalid(format!(
+                "cannot adopt the memory file: {why}"
+            ))),
+        }
+    }
+
+    /// Forgets a segment of [`register_segment`](Self::register_segment)
+    /// and tells every peer to drop its mapping. Sends from it must be
+    /// complete.
+    pub fn unregister_segment(&mut self, id: u64) -> Result<(), PluginError> {
+        let seg = self
+            .st
+            .buffers
+            .forget(id)
+            .ok_or_else(|| PluginError::invalid(format!("no registered segment {id}")))?;
+        self.st.announce_unmap(&seg);
+        Ok(())
     }
 
     /// Sends like [`Transport::send`], but lets the receiver read the
@@ -2004,6 +2054,20 @@ impl Transport for ShmTransport {
             .ok_or_else(|| PluginError::invalid(format!("no transfer buffer {id}")))?;
         self.release_transfer_buffer(buffer);
         Ok(())
+    }
+
+    fn register_segment(&mut self, fd: i32, region: MemRegion) -> Result<u64, PluginError> {
+        if fd < 0 {
+            return Err(PluginError::invalid("negative descriptor"));
+        }
+        // SAFETY: the interface lends the descriptor for this call, and
+        // `register_segment` only duplicates it before returning.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        ShmTransport::register_segment(self, fd, region)
+    }
+
+    fn unregister_segment(&mut self, id: u64) -> Result<(), PluginError> {
+        ShmTransport::unregister_segment(self, id)
     }
 
     fn attributes(&self) -> Result<BtlAttributes, PluginError> {
