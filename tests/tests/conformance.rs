@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use fireopal_tests::{host_binary, run_with_timeout};
 
-const CASES: [&str; 6] = [
+const CASES: [&str; 8] = [
     "sizes",
     "many",
     "completions",
     "sendi",
     "rdma",
+    "in-place",
+    "symmetric-heap",
     "peer-death",
 ];
 

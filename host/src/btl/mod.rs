@@ -25,6 +25,6 @@ mod messenger;
 pub mod self_btl;
 
 pub use messenger::{
-    Incoming, InitError, MemoryHandle, Messenger, ProgressError, RouteInfo, SendError, SendId,
-    SendTicket, TransferBufferHandle, FIRST_RESERVED_TAG,
+    Incoming, InitError, MemoryHandle, Messenger, ProgressError, RouteInfo, SegmentHandle,
+    SendError, SendId, SendTicket, TransferBufferHandle, FIRST_RESERVED_TAG,
 };

@@ -5,6 +5,13 @@
 //! Latency is half the round trip of a blocking ping-pong, averaged over
 //! many iterations after a warm-up. Bandwidth sends windows of 64
 //! back-to-back messages with one acknowledgement per window.
+//!
+//! `--from` says where messages above the eager limit are sent from:
+//! `buffer` (the default: a transfer buffer when the transport offers
+//! them, as a runtime would place its large buffers), `heap` (an object
+//! of the symmetric heap, registered with the messenger), `user`
+//! (ordinary memory, sent in place) or `copy` (ordinary memory with
+//! `send`, which copies before returning).
 
 use std::cell::Cell;
 use std::process::ExitCode;
@@ -15,8 +22,9 @@ use super::json::Json;
 use super::CommonArgs;
 use crate::bootstrap::Bootstrap;
 use crate::btl::{Messenger, SendTicket, TransferBufferHandle};
+use crate::memheap::SymmetricHeap;
 use crate::plugin::{Options, Registry};
-use fireopal_abi::btl::BtlFlags;
+use fireopal_abi::btl::{BtlFlags, MemRegion};
 
 const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
 const WINDOW: usize = 64;
@@ -26,8 +34,34 @@ const TAG_ACK: u8 = 2;
 const STALL: Duration = Duration::from_secs(30);
 
 const USAGE: &str =
-    "usage: fireopal bench pingpong [--btl NAME] [--json] [--quick] [--param name=value]...
+    "usage: fireopal bench pingpong [--btl NAME] [--from buffer|heap|user|copy] [--json] [--quick]
+                               [--param name=value]...
 run it under `fireopal run -n 2`, or alone to ping this process itself";
+
+/// Where messages above the eager limit are sent from (`--from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    /// A transfer buffer when the transport offers them, else `Copy`.
+    Buffer,
+    /// A symmetric-heap object, the heap registered with the messenger.
+    Heap,
+    /// Ordinary memory, sent in place.
+    User,
+    /// Ordinary memory, sent with `send`.
+    Copy,
+}
+
+impl From {
+    fn parse(v: &str) -> Option<Self> {
+        Some(match v {
+            "buffer" => Self::Buffer,
+            "heap" => Self::Heap,
+            "user" => Self::User,
+            "copy" => Self::Copy,
+            _ => return None,
+        })
+    }
+}
 
 /// One row of results.
 #[derive(Debug, Clone, Copy)]
@@ -46,29 +80,36 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         eprintln!("fireopal bench: unknown benchmark {what:?}\n{USAGE}");
         return ExitCode::from(2);
     }
-    let (mut json, mut quick, mut btl) = (false, false, None);
-    let mut expect_btl = false;
+    let (mut json, mut quick, mut btl, mut from) = (false, false, None, Some(From::Buffer));
+    let mut expect: Option<&str> = None;
     let parsed = CommonArgs::parse(rest, |a| {
-        if expect_btl {
-            btl = Some(a.to_owned());
-            expect_btl = false;
-            return true;
-        }
-        match a {
-            "--json" => json = true,
-            "--quick" => quick = true,
-            "--btl" => expect_btl = true,
-            _ => match a.strip_prefix("--btl=") {
-                Some(v) => btl = Some(v.to_owned()),
-                None => return false,
+        match expect.take() {
+            Some("--btl") => btl = Some(a.to_owned()),
+            Some(_) => from = From::parse(a),
+            None => match a {
+                "--json" => json = true,
+                "--quick" => quick = true,
+                "--btl" | "--from" => expect = Some(if a == "--btl" { "--btl" } else { "--from" }),
+                _ => {
+                    if let Some(v) = a.strip_prefix("--btl=") {
+                        btl = Some(v.to_owned());
+                    } else if let Some(v) = a.strip_prefix("--from=") {
+                        from = From::parse(v);
+                    } else {
+                        return false;
+                    }
+                }
             },
         }
         true
     });
     let mut common = match parsed {
-        Ok(c) if !expect_btl => c,
+        Ok(c) if expect.is_none() => c,
         Ok(_) => {
-            eprintln!("fireopal bench: --btl needs a value\n{USAGE}");
+            eprintln!(
+                "fireopal bench: {} needs a value\n{USAGE}",
+                expect.unwrap_or("")
+            );
             return ExitCode::from(2);
         }
         Err(e) => {
@@ -76,10 +117,14 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let Some(from) = from else {
+        eprintln!("fireopal bench: --from takes buffer, heap, user or copy\n{USAGE}");
+        return ExitCode::from(2);
+    };
     if let Some(name) = btl {
         common.params.push(("btl".to_owned(), name));
     }
-    match run(&common, json, quick) {
+    match run(&common, json, quick, from) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fireopal bench: {e}");
@@ -88,7 +133,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     }
 }
 
-fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
+fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), String> {
     let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
     let (rank, size) = (boot.rank(), boot.size());
     if size > 2 {
@@ -127,28 +172,51 @@ fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
     }
     let buf = vec![0xA5u8; largest];
     let attrs = m.attributes(peer);
-    let in_place = BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS;
-    let mut transfer = None;
-    if let Some(a) = attrs.filter(|a| a.flags.contains(in_place)) {
-        let tb = m
-            .alloc_transfer_buffer(peer, largest)
-            .map_err(|e| e.to_string())?;
-        m.write_transfer_buffer(&tb, 0, &buf)
-            .map_err(|e| e.to_string())?;
-        transfer = Some((tb, a.eager_limit));
+    let eager = attrs.map_or(u64::MAX, |a| a.eager_limit);
+    let flags = attrs.map(|a| a.flags).unwrap_or_default();
+    // The heap outlives `source`, which may point into it.
+    let heap;
+    let mut heap_segment = None;
+    let mut source = Source {
+        bytes: &buf,
+        path: Path::Copy,
+        eager,
+        label: "ordinary memory, copied by send",
+    };
+    match from {
+        From::Buffer if flags.contains(BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS) => {
+            let tb = m
+                .alloc_transfer_buffer(peer, largest)
+                .map_err(|e| e.to_string())?;
+            m.write_transfer_buffer(&tb, 0, &buf)
+                .map_err(|e| e.to_string())?;
+            source.path = Path::Transfer(tb);
+            source.label = "a transfer buffer, sent in place";
+        }
+        From::Buffer | From::Copy => {}
+        From::User => {
+            source.path = Path::InPlace;
+            source.label = "ordinary memory, sent in place";
+        }
+        From::Heap => {
+            let bytes = (largest as u64 + (1 << 20)).next_multiple_of(1 << 20);
+            heap = SymmetricHeap::with_size(&registry, bytes).map_err(|e| e.to_string())?;
+            heap_segment = Some(
+                m.register_symmetric_heap(&heap)
+                    .map_err(|e| e.to_string())?,
+            );
+            source.bytes = heap_object(&heap, &buf)?;
+            source.path = Path::InPlace;
+            source.label = "a symmetric-heap object, sent in place";
+        }
     }
     let mut rows = Vec::new();
     for &n in &SIZES {
         let (iters, warmup) = latency_iterations(n, quick);
-        let payload = Source {
-            bytes: buf.get(..n).unwrap_or(&[]),
-            transfer: transfer.take(),
-        };
-        let t = pingpong(&mut m, rank, size, peer, &payload, iters, warmup, &pings)?;
+        let t = pingpong(&mut m, rank, size, peer, &source, n, iters, warmup, &pings)?;
         let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
         let windows = bandwidth_windows(n, quick);
-        let t = stream(&mut m, rank, size, peer, &payload, windows, &pings, &acks)?;
-        transfer = payload.transfer;
+        let t = stream(&mut m, rank, size, peer, &source, n, windows, &pings, &acks)?;
         let bytes = (n * WINDOW * windows) as f64;
         let bandwidth_mbs = bytes / t.as_secs_f64() / 1e6;
         rows.push(Row {
@@ -158,16 +226,20 @@ fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
         });
     }
     drain_sends(&mut m)?;
-    if let Some((tb, _)) = transfer {
+    let from_text = source.label;
+    if let Path::Transfer(tb) = source.path {
         m.free_transfer_buffer(tb).map_err(|e| e.to_string())?;
+    }
+    if let Some(segment) = heap_segment {
+        m.unregister_segment(segment).map_err(|e| e.to_string())?;
     }
     boot.barrier().map_err(|e| e.to_string())?;
     if rank == 0 {
         let module = format!("{}[{}]", route.component, route.index);
         if json {
-            println!("{}", to_json(&rows, &module, size).render());
+            println!("{}", to_json(&rows, &module, size, from_text).render());
         } else {
-            print!("{}", to_table(&rows, &module, size));
+            print!("{}", to_table(&rows, &module, size, from_text));
         }
     }
     boot.finalize().map_err(|e| e.to_string())?;
@@ -222,21 +294,56 @@ fn wait_for(m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), S
     Ok(())
 }
 
-/// Where the bench's payloads come from: ordinary memory, and above the
-/// eager limit a transfer buffer when the transport offers single-copy
-/// sends from one (as a runtime would place its large buffers).
+/// A block of the symmetric heap holding a copy of `data`, as a slice
+/// that lives as long as the heap.
+#[allow(unsafe_code)]
+fn heap_object<'h>(heap: &'h SymmetricHeap, data: &[u8]) -> Result<&'h [u8], String> {
+    let block = heap
+        .try_align(64, data.len().max(1))
+        .map_err(|e| e.to_string())?;
+    // SAFETY: a fresh block of at least `data.len()` bytes that nothing
+    // else uses; it is never freed while the heap lives (the heap is
+    // dropped with the whole segment), and nothing writes it after this.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), block.as_ptr(), data.len());
+        Ok(std::slice::from_raw_parts(block.as_ptr(), data.len()))
+    }
+}
+
+/// How messages above the eager limit leave.
+enum Path {
+    /// `send`: copied before it returns.
+    Copy,
+    /// `send_in_place` from where the bytes are.
+    InPlace,
+    /// `send_from_transfer_buffer`.
+    Transfer(TransferBufferHandle),
+}
+
+/// Where the bench's payloads come from: the first `n` bytes of `bytes`,
+/// sent along `path` above the eager limit and with `send` below it.
 struct Source<'a> {
     bytes: &'a [u8],
-    transfer: Option<(TransferBufferHandle, u64)>,
+    path: Path,
+    eager: u64,
+    /// What the report says about large messages.
+    label: &'static str,
 }
 
 impl Source<'_> {
-    fn send(&self, m: &mut Messenger, peer: u32, tag: u8) -> Result<(), String> {
-        let ticket = match &self.transfer {
-            Some((buffer, eager)) if self.bytes.len() as u64 > *eager => {
-                m.send_from_transfer_buffer(peer, tag, &[], buffer, self.bytes.len())
+    #[allow(unsafe_code)]
+    fn send(&self, m: &mut Messenger, peer: u32, tag: u8, n: usize) -> Result<(), String> {
+        let bytes = self.bytes.get(..n).unwrap_or(self.bytes);
+        let ticket = match &self.path {
+            _ if n as u64 <= self.eager => m.send(peer, tag, &[], bytes),
+            Path::Copy => m.send(peer, tag, &[], bytes),
+            Path::Transfer(buffer) => m.send_from_transfer_buffer(peer, tag, &[], buffer, n),
+            Path::InPlace => {
+                // SAFETY: `bytes` is borrowed for the whole bench, never
+                // written, and every send is drained before it goes.
+                let region = unsafe { MemRegion::new(bytes.as_ptr().cast_mut(), bytes.len()) };
+                m.send_in_place(peer, tag, &[], region)
             }
-            _ => m.send(peer, tag, &[], self.bytes),
         };
         match ticket.map_err(|e| e.to_string())? {
             SendTicket::Done | SendTicket::Pending(_) => Ok(()),
@@ -274,6 +381,7 @@ fn pingpong(
     size: u32,
     peer: u32,
     payload: &Source<'_>,
+    n: usize,
     iters: usize,
     warmup: usize,
     pings: &Cell<u64>,
@@ -286,16 +394,16 @@ fn pingpong(
         let seen = pings.get();
         if size == 1 {
             // One process: a round trip is two one-way trips to itself.
-            payload.send(m, peer, TAG_PING)?;
+            payload.send(m, peer, TAG_PING, n)?;
             wait_for(m, pings, seen + 1)?;
-            payload.send(m, peer, TAG_PING)?;
+            payload.send(m, peer, TAG_PING, n)?;
             wait_for(m, pings, seen + 2)?;
         } else if rank == 0 {
-            payload.send(m, peer, TAG_PING)?;
+            payload.send(m, peer, TAG_PING, n)?;
             wait_for(m, pings, seen + 1)?;
         } else {
             wait_for(m, pings, seen + 1)?;
-            payload.send(m, peer, TAG_PING)?;
+            payload.send(m, peer, TAG_PING, n)?;
         }
     }
     Ok(start.elapsed())
@@ -308,6 +416,7 @@ fn stream(
     size: u32,
     peer: u32,
     payload: &Source<'_>,
+    n: usize,
     windows: usize,
     pings: &Cell<u64>,
     acks: &Cell<u64>,
@@ -318,7 +427,7 @@ fn stream(
         let pings_due = ping_base + w * WINDOW as u64;
         if size == 1 || rank == 0 {
             for _ in 0..WINDOW {
-                payload.send(m, peer, TAG_PING)?;
+                payload.send(m, peer, TAG_PING, n)?;
             }
         }
         if size == 1 || rank == 1 {
@@ -340,12 +449,12 @@ fn human_size(n: usize) -> String {
     }
 }
 
-fn to_table(rows: &[Row], module: &str, size: u32) -> String {
+fn to_table(rows: &[Row], module: &str, size: u32, from: &str) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# fireopal pingpong: {} over btl {module}",
+        "# fireopal pingpong: {} over btl {module}; above the eager limit: {from}",
         if size == 1 {
             "one process to itself"
         } else {
@@ -369,10 +478,11 @@ fn to_table(rows: &[Row], module: &str, size: u32) -> String {
     out
 }
 
-fn to_json(rows: &[Row], module: &str, size: u32) -> Json {
+fn to_json(rows: &[Row], module: &str, size: u32, from: &str) -> Json {
     Json::Obj(vec![
         ("benchmark", Json::str("pingpong")),
         ("btl", Json::str(module)),
+        ("large_messages_from", Json::str(from)),
         ("ranks", Json::Int(i128::from(size))),
         (
             "results",

@@ -2,9 +2,13 @@
 //! mapped shared at an address aligned to a large power of two.
 //!
 //! A memfd (rather than anonymous memory) lets a node-local peer map the
-//! same pages later, given the descriptor (over a Unix socket, or through
-//! `/proc/<pid>/fd/<fd>` where ptrace rules allow). The file is sparse: a
-//! page costs memory only once written.
+//! same pages later, given the descriptor (over a Unix socket, with
+//! `pidfd_getfd`, or through `/proc/<pid>/fd/<fd>` where ptrace rules
+//! allow). The file is sparse: a page costs memory only once written. It
+//! is whole pages long and sealed against any change of size
+//! (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`), so a peer's mapping can
+//! never fault past a shrunk end; shared-memory transports refuse files
+//! without these seals.
 
 // memfd_create, ftruncate, mmap and munmap.
 #![allow(unsafe_code)]
@@ -27,7 +31,7 @@ pub enum MapError {
     TooLarge(u64),
     /// `memfd_create` failed.
     Memfd(io::Error),
-    /// `ftruncate` to the heap size failed.
+    /// `ftruncate` to the heap size, or sealing the size, failed.
     Resize {
         /// Requested size.
         size: u64,
@@ -106,20 +110,31 @@ impl Mapping {
             .ok_or(MapError::TooLarge(len))?;
         // SAFETY: the name is a NUL-terminated string; the flags ask for a
         // new descriptor only.
-        let raw =
-            unsafe { libc::memfd_create(c"fireopal-symmetric-heap".as_ptr(), libc::MFD_CLOEXEC) };
+        let raw = unsafe {
+            libc::memfd_create(
+                c"fireopal-symmetric-heap".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if raw < 0 {
             return Err(MapError::Memfd(io::Error::last_os_error()));
         }
         // SAFETY: `raw` is a fresh descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let size = libc::off_t::try_from(len).map_err(|_| MapError::TooLarge(len))?;
+        // Whole pages: peers map the file at page granularity.
+        let size = libc::off_t::try_from(rounded).map_err(|_| MapError::TooLarge(len))?;
+        let resize_error = || MapError::Resize {
+            size: len,
+            error: io::Error::last_os_error(),
+        };
         // SAFETY: `fd` is an open memfd owned here.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
-            return Err(MapError::Resize {
-                size: len,
-                error: io::Error::last_os_error(),
-            });
+            return Err(resize_error());
+        }
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: as above; F_ADD_SEALS takes an int argument.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(resize_error());
         }
         let align = len.next_power_of_two().clamp(page, MAX_BASE_ALIGN);
         if len == 0 {
@@ -263,6 +278,10 @@ mod tests {
             .metadata()
             .unwrap();
         assert_eq!(meta.len(), 3 << 20);
+        // SAFETY: F_GET_SEALS takes no argument.
+        let seals = unsafe { libc::fcntl(m.fd().as_raw_fd(), libc::F_GET_SEALS) };
+        let want = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        assert_eq!(seals & want, want);
         let mut byte = [0u8; 1];
         // SAFETY: reads one byte of the memfd into a local buffer.
         let n = unsafe {
@@ -274,6 +293,17 @@ mod tests {
             )
         };
         assert_eq!((n, byte[0]), (1, 7));
+    }
+
+    #[test]
+    fn file_is_whole_pages() {
+        let m = Mapping::new(5000).unwrap();
+        assert_eq!(m.len(), 5000);
+        let meta = std::fs::File::from(m.fd().try_clone().unwrap())
+            .metadata()
+            .unwrap();
+        assert_eq!(meta.len() % page_size(), 0);
+        assert!(meta.len() >= 5000);
     }
 
     #[test]

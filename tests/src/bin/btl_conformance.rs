@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use fireopal::bootstrap::Bootstrap;
 use fireopal::btl::{Messenger, SendId, SendTicket};
+use fireopal::memheap::SymmetricHeap;
 use fireopal::plugin::{Options, Registry};
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
@@ -47,6 +48,7 @@ const TAG_DEATH: u8 = 15;
 const TAG_FLOOD: u8 = 16;
 const TAG_RDMA_DONE: u8 = 17;
 const TAG_IN_PLACE: u8 = 18;
+const TAG_HEAP: u8 = 19;
 
 type Inbox = Rc<RefCell<Vec<(u32, Vec<u8>, Vec<u8>)>>>;
 
@@ -61,6 +63,7 @@ struct Ctx {
     many_seen: Rc<RefCell<(u64, u64)>>,
     /// RDMA completions collected so far: id -> succeeded.
     rdma_done: std::collections::HashMap<SendId, bool>,
+    heap: SymmetricHeap,
 }
 
 fn pattern(rank: u32, seq: u32, len: usize) -> Vec<u8> {
@@ -480,6 +483,63 @@ fn case_in_place(c: &mut Ctx) -> Result<(), String> {
     c.barrier()
 }
 
+/// Sends read in place from the symmetric heap, registered with the
+/// messenger: intact and in order on every transport; taken by the module
+/// when it offers mapped segments (shared memory then reads them through
+/// one mapping of the heap's file).
+fn case_symmetric_heap(c: &mut Ctx) -> Result<(), String> {
+    const LENS: [usize; 4] = [1, 9000, 65_536, (1 << 20) + 5];
+    let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
+    let handle =
+        c.m.register_symmetric_heap(&c.heap)
+            .map_err(|e| format!("register heap: {e}"))?;
+    if flags.contains(BtlFlags::MAPPED_SEGMENTS) && handle.modules() == 0 {
+        return Err("the transport offers mapped segments but took none".into());
+    }
+    println!(
+        "rank {}: note symmetric-heap: registered with {} module(s)",
+        c.rank,
+        handle.modules()
+    );
+    let len = LENS[LENS.len() - 1];
+    // The same call on every rank: the object has one offset job-wide.
+    let obj = c.heap.malloc(len);
+    if obj.is_null() {
+        return Err("symmetric malloc failed".into());
+    }
+    let data = pattern(c.rank, 600, len);
+    // SAFETY: `obj` is a fresh heap block of `len` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), obj, len) };
+    for (i, &n) in LENS.iter().enumerate() {
+        let mut h = vec![TAG_HEAP];
+        h.extend_from_slice(&(i as u32).to_le_bytes());
+        // SAFETY: the block stays allocated and unchanged until the
+        // sends are drained below.
+        let region = unsafe { MemRegion::new(obj, n) };
+        c.m.send_in_place(c.next, TAG_HEAP, &h, region)
+            .map_err(|e| format!("send in place from the heap: {e}"))?;
+    }
+    c.wait("heap messages", |c| c.inbox_count(TAG_HEAP) == LENS.len())?;
+    let want = pattern(c.prev, 600, len);
+    for (k, (_, h, p)) in c.take_inbox(TAG_HEAP).into_iter().enumerate() {
+        let seq = h
+            .get(1..5)
+            .and_then(|b| b.try_into().ok())
+            .map_or(u32::MAX, u32::from_le_bytes);
+        if seq != k as u32 || p.as_slice() != &want[..LENS[k]] {
+            return Err(format!(
+                "heap message {k} ({} bytes) arrived wrong",
+                LENS[k]
+            ));
+        }
+    }
+    c.barrier()?;
+    c.m.unregister_segment(handle)
+        .map_err(|e| format!("unregister heap: {e}"))?;
+    c.heap.free(obj).map_err(|e| e.to_string())?;
+    c.barrier()
+}
+
 /// A peer that dies is reported as an error, not a hang. The last rank
 /// leaves abruptly; rank 0 keeps sending to it.
 fn case_peer_death(c: &mut Ctx) -> Result<(), String> {
@@ -557,6 +617,7 @@ fn run(btl: &str) -> Result<bool, String> {
     })
     .map_err(|e| e.to_string())?;
     let mut m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
+    let heap = SymmetricHeap::with_size(&registry, 8 << 20).map_err(|e| e.to_string())?;
     let (rank, size) = (boot.rank(), boot.size());
     let next = (rank + 1) % size;
     let prev = (rank + size - 1) % size;
@@ -579,6 +640,7 @@ fn run(btl: &str) -> Result<bool, String> {
         TAG_FLOOD,
         TAG_RDMA_DONE,
         TAG_IN_PLACE,
+        TAG_HEAP,
     ] {
         let inbox = Rc::clone(&inbox);
         m.register(tag, move |msg| {
@@ -614,15 +676,17 @@ fn run(btl: &str) -> Result<bool, String> {
         inbox,
         many_seen,
         rdma_done: std::collections::HashMap::new(),
+        heap,
     };
     type Case = fn(&mut Ctx) -> Result<(), String>;
-    let cases: [(&str, Case); 7] = [
+    let cases: [(&str, Case); 8] = [
         ("sizes", case_sizes),
         ("many", case_many),
         ("completions", case_completions),
         ("sendi", case_sendi),
         ("rdma", case_rdma),
         ("in-place", case_in_place),
+        ("symmetric-heap", case_symmetric_heap),
         ("peer-death", case_peer_death),
     ];
     let mut ok = true;
