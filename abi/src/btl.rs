@@ -508,9 +508,11 @@ pub trait BtlModule: Send {
     #[sabi(last_prefix_field)]
     fn free_transfer_buffer(&mut self, id: u64) -> RResult<(), PluginError>;
 
-    // Methods below were added after the first interface release: each has
-    // a default so that a host calling it on an older plugin's module gets
-    // `Unsupported` instead of a missing vtable entry.
+    // Appended after the first release of this interface generation, with
+    // defaults, as abi_stable wants additions: a plugin built against a
+    // later release (more methods) passes this host's layout check; one
+    // built before these methods does not and must be rebuilt
+    // (tests/tests/plugins.rs builds both).
 
     /// See [`Transport::register_segment`].
     fn register_segment(&mut self, _fd: i32, _region: MemRegion) -> RResult<u64, PluginError> {

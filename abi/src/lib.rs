@@ -29,7 +29,10 @@
 //! `#[sabi_trait]`s: new fields and methods are only ever appended (after
 //! `last_prefix_field`, with defaults). This crate stays on one `0.x` minor
 //! per interface generation; abi_stable rejects a plugin built against an
-//! older minor than the host's.
+//! older minor than the host's. Within a generation, a plugin built
+//! against a later release (with methods appended) loads into an earlier
+//! host; a plugin built before an append is refused by a host that has it
+//! ("incompatible interface ... too many fields"), and must be rebuilt.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

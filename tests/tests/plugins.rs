@@ -24,6 +24,9 @@ struct Fixtures {
     broken: PathBuf,
     /// memheap components first (priority 20) and second (40).
     memheap: PathBuf,
+    /// `newer`: built against this interface with one more module method
+    /// appended, as a later 0.x.y release would have it.
+    newer: PathBuf,
 }
 
 const LOOP_LIB: &str = "libfixture_btl_loop.so";
@@ -76,7 +79,8 @@ fn build_fixtures() -> Result<Fixtures, String> {
     let good = base.join("good");
     let broken = base.join("broken");
     let memheap = base.join("memheap");
-    for d in [&good, &broken, &memheap] {
+    let newer = base.join("newer");
+    for d in [&good, &broken, &memheap, &newer] {
         let _ = std::fs::remove_dir_all(d);
         std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
     }
@@ -148,6 +152,28 @@ fn build_fixtures() -> Result<Fixtures, String> {
     )?;
     // Built against an older interface generation.
     build_against_modified_abi("old", "0.0.9", &[], &broken.join("libfireopal_btl_old.so"))?;
+    // Built against this generation before methods were appended to the
+    // module trait: the host's layout check wants at least its own methods.
+    build_against_modified_abi(
+        "older",
+        fireopal_abi::INTERFACE_VERSION,
+        &[
+            ("btl.rs", APPENDED_SABI_METHODS, ""),
+            ("export.rs", APPENDED_ADAPTER_METHODS, ""),
+        ],
+        &broken.join("libfireopal_btl_older.so"),
+    )?;
+    // Built against a later interface that appended a method: loads.
+    build_against_modified_abi(
+        "newer",
+        fireopal_abi::INTERFACE_VERSION,
+        &[(
+            "btl.rs",
+            LAST_SABI_METHOD,
+            &format!("{LAST_SABI_METHOD}{LATER_SABI_METHOD}"),
+        )],
+        &newer.join("libfireopal_btl_newer.so"),
+    )?;
     let list = fixture_source("memheap-list");
     for (name, prio) in [("first", "20"), ("second", "40")] {
         let (dir, _guard) =
@@ -165,8 +191,48 @@ fn build_fixtures() -> Result<Fixtures, String> {
         good,
         broken,
         memheap,
+        newer,
     })
 }
+
+/// The module-trait methods appended after `last_prefix_field`, as they
+/// read in `abi/src/btl.rs` and in the adapter of `abi/src/export.rs`;
+/// the `older` fixture is built with them cut out, the `newer` one with
+/// one more after the last of them.
+const APPENDED_SABI_METHODS: &str = r#"
+    // Appended after the first release of this interface generation, with
+    // defaults, as abi_stable wants additions: a plugin built against a
+    // later release (more methods) passes this host's layout check; one
+    // built before these methods does not and must be rebuilt
+    // (tests/tests/plugins.rs builds both).
+
+    /// See [`Transport::register_segment`].
+    fn register_segment(&mut self, _fd: i32, _region: MemRegion) -> RResult<u64, PluginError> {
+        RResult::RErr(PluginError::unsupported("mapped segments"))
+    }
+    /// See [`Transport::unregister_segment`].
+    fn unregister_segment(&mut self, _id: u64) -> RResult<(), PluginError> {
+        RResult::RErr(PluginError::unsupported("mapped segments"))
+    }
+"#;
+const LAST_SABI_METHOD: &str = r#"    fn unregister_segment(&mut self, _id: u64) -> RResult<(), PluginError> {
+        RResult::RErr(PluginError::unsupported("mapped segments"))
+    }
+"#;
+const LATER_SABI_METHOD: &str = r#"    /// Appended by a later interface release.
+    fn later_method(&self) -> u32 {
+        7
+    }
+"#;
+const APPENDED_ADAPTER_METHODS: &str = r#"    fn register_segment(&mut self, fd: i32, region: MemRegion) -> RResult<u64, PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.register_segment(fd, region))
+    }
+    fn unregister_segment(&mut self, id: u64) -> RResult<(), PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.unregister_segment(id))
+    }
+"#;
 
 fn fixtures() -> &'static Fixtures {
     static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
@@ -413,6 +479,45 @@ fn a_plugin_built_after_the_host_is_used_through_the_api() {
     assert_eq!((n, rec.completed.len()), (0, 1));
 }
 
+/// A plugin built against a later release of this interface generation,
+/// whose module trait has one more method appended, loads into today's
+/// host and works; methods it does not implement answer `Unsupported`.
+#[test]
+fn a_plugin_built_against_a_later_interface_release_loads_and_works() {
+    let f = fixtures();
+    let r = discover(&[&f.newer], &[], &[]);
+    assert!(r.errors().is_empty(), "{:?}", r.errors());
+    let newer = r
+        .components()
+        .iter()
+        .find(|c| c.name() == "newer")
+        .expect("newer is listed");
+    let mut modules = r
+        .open_btl(newer)
+        .unwrap_or_else(|e| panic!("open newer: {e:?}: {}", status_of(&r, "newer")));
+    let module = &mut modules[0];
+    assert_eq!(module.attributes().unwrap().max_sendi_size, 4096);
+    let mut byte = 0u8;
+    // SAFETY: a local byte, never touched by the module (the call fails).
+    let region = unsafe { fireopal_abi::btl::MemRegion::new(&mut byte, 1) };
+    let err = module
+        .register_segment(0, region)
+        .into_result()
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::UNSUPPORTED);
+    let err = module.unregister_segment(1).into_result().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::UNSUPPORTED);
+    // What it always had still works.
+    let h = RSlice::from_slice(b"h");
+    assert_eq!(
+        module
+            .sendi(5, 7, h, RSlice::from_slice(b"x"))
+            .into_result()
+            .map_err(|e| e.kind),
+        Err(ErrorKind::UNREACHABLE)
+    );
+}
+
 #[test]
 fn every_broken_plugin_is_reported_and_the_rest_still_work() {
     let f = fixtures();
@@ -434,6 +539,13 @@ fn every_broken_plugin_is_reported_and_the_rest_still_work() {
             assert!(!lines.contains('\n'), "{lines}");
         }
         other => panic!("skew: {other}"),
+    }
+    // Built before `register_segment` was appended: refused, and told why.
+    match not_loaded("older") {
+        LoadError::IncompatibleInterface(lines) => {
+            assert!(lines.contains("fields"), "{lines}");
+        }
+        other => panic!("older: {other}"),
     }
     match not_loaded("old") {
         LoadError::IncompatibleVersion { plugin, host } => {

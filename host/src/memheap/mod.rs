@@ -268,8 +268,12 @@ impl SymmetricHeap {
         self.mapping.align()
     }
 
-    /// The memfd behind the segment, for node-local peers that map it
-    /// (pass it over a Unix socket). Offsets in the file equal heap offsets.
+    /// The memfd behind the segment, for node-local peers that map it.
+    /// Offsets in the file equal heap offsets; the file is whole pages and
+    /// sealed against resizing.
+    /// [`Messenger::register_symmetric_heap`](crate::btl::Messenger::register_symmetric_heap)
+    /// hands it to the transports, so that peers read symmetric objects
+    /// with one copy.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.mapping.fd().as_fd()
     }
