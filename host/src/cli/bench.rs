@@ -23,7 +23,7 @@ use super::CommonArgs;
 use crate::bootstrap::Bootstrap;
 use crate::btl::{Messenger, SendTicket, TransferBufferHandle};
 use crate::memheap::SymmetricHeap;
-use crate::plugin::{Options, Registry};
+use crate::plugin::{Framework, Options, Registry, Status};
 use fireopal_abi::btl::{BtlFlags, MemRegion};
 
 const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
@@ -149,7 +149,7 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
     let peer = if size == 1 { 0 } else { 1 - rank };
     let route = m
         .route(peer)
-        .ok_or_else(|| format!("no transport reaches rank {peer}"))?;
+        .ok_or_else(|| unreachable_report(&registry, peer))?;
 
     let pings = Rc::new(Cell::new(0u64));
     let acks = Rc::new(Cell::new(0u64));
@@ -292,6 +292,19 @@ fn wait_for(m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), S
         }
     }
     Ok(())
+}
+
+/// Why no transport reaches `peer`: every transport this process saw
+/// but cannot use, with its reason (a plugin built against another
+/// interface shows up here rather than as a silent absence).
+fn unreachable_report(registry: &Registry, peer: u32) -> String {
+    let mut report = format!("no transport reaches rank {peer}");
+    for c in registry.components() {
+        if c.framework() == Framework::Btl && !matches!(c.status(), Status::Available { .. }) {
+            report.push_str(&format!("\n  btl {}: {}", c.name(), c.status()));
+        }
+    }
+    report
 }
 
 /// A block of the symmetric heap holding a copy of `data`, as a slice
