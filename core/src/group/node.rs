@@ -9,6 +9,10 @@ use super::dense::Dense;
 use super::ranges::Runs;
 use super::Representation;
 
+/// Bytes every node costs besides the heap it owns: the node and the
+/// `Arc` counters around it.
+pub(super) const HEADER_BYTES: usize = size_of::<Node>() + 2 * size_of::<usize>();
+
 /// One group's storage; shared through `Arc` by handles and children.
 pub(super) struct Node {
     /// Members.
@@ -69,7 +73,32 @@ impl Node {
             Store::Ranges { runs, .. } => runs.heap_bytes(),
             Store::Bitmap { bits, .. } => bits.heap_bytes(),
         };
-        size_of::<Node>() + 2 * size_of::<usize>() + heap
+        HEADER_BYTES + heap
+    }
+
+    /// The group this node is stored relative to; `None` for the world and
+    /// dense groups, which are absolute.
+    pub(super) fn base(&self) -> Option<&Arc<Node>> {
+        match &self.store {
+            Store::World | Store::Dense(_) => None,
+            Store::Stride { parent, .. }
+            | Store::Ranges { parent, .. }
+            | Store::Bitmap { parent, .. } => Some(parent),
+        }
+    }
+
+    /// Rank in [`Node::base`] of member `rank`: one step of the walk
+    /// (`None` for absolute nodes and ranks past the group).
+    pub(super) fn base_rank(&self, rank: u32) -> Option<u32> {
+        if rank >= self.size {
+            return None;
+        }
+        match &self.store {
+            Store::World | Store::Dense(_) => None,
+            Store::Stride { first, step, .. } => stride_parent_rank(*first, *step, rank),
+            Store::Ranges { runs, .. } => runs.parent_rank(rank),
+            Store::Bitmap { bits, .. } => bits.select(rank),
+        }
     }
 
     /// World rank of member `rank`, walking up the parents.
@@ -105,7 +134,7 @@ impl Node {
     }
 
     /// Member index of `world_rank`, or `None` when it is not a member.
-    /// Recursion is bounded by the depth limit.
+    /// Recursion is bounded by the depth limit ([`super::MAX_DEPTH`]).
     pub(super) fn rank_of(&self, world_rank: u32) -> Option<u32> {
         match &self.store {
             Store::World => (world_rank < self.size).then_some(world_rank),
