@@ -49,7 +49,8 @@ fn every_other(g: &Group) -> Group {
 }
 
 fn reversed(g: &Group) -> Group {
-    g.range_incl(&[RankRange::new(g.size() - 1, 0, -1)]).unwrap()
+    g.range_incl(&[RankRange::new(g.size() - 1, 0, -1)])
+        .unwrap()
 }
 
 /// The same members built straight from the world, under `g`'s policy.
@@ -96,7 +97,10 @@ fn strides_over_a_bitmap_compose_onto_the_bitmap() {
     let odd = bitmap
         .range_incl(&[RankRange::new(1, bitmap.size() - 1, 2)])
         .unwrap();
-    assert_eq!((odd.representation(), odd.depth()), (Representation::Stride, 2));
+    assert_eq!(
+        (odd.representation(), odd.depth()),
+        (Representation::Stride, 2)
+    );
     // Reversing it is a stride over the bitmap again, not a third level.
     let back = reversed(&odd);
     assert_eq!(

@@ -230,7 +230,13 @@ fn chain(world: u32, steps: usize, keep: impl Fn(usize, u32) -> Vec<u32>) -> (Gr
 
 fn chain_ends() -> Vec<ChainEnd> {
     let mut out = Vec::new();
-    let mut end = |name, (parent, ranks)| out.push(ChainEnd { name, parent, ranks });
+    let mut end = |name, (parent, ranks)| {
+        out.push(ChainEnd {
+            name,
+            parent,
+            ranks,
+        })
+    };
     // Every other rank, reversed, every other rank, reversed.
     end(
         "stride of stride x4",

@@ -422,8 +422,9 @@ fn run_chain(
         reached.chained += u32::from(result.depth() >= 2);
         // A derived group over its parent would be one link deeper.
         let derived = !matches!(op, Op::Union);
-        reached.flattened +=
-            u32::from(derived && g.depth() >= 1 && result.depth() >= 1 && result.depth() <= g.depth());
+        reached.flattened += u32::from(
+            derived && g.depth() >= 1 && result.depth() >= 1 && result.depth() <= g.depth(),
+        );
         // Cross-check translate and compare against another pool member.
         let mut ranks: Vec<u32> = (0..result.size().min(64)).collect();
         ranks.push(PROC_NULL);
