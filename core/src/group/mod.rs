@@ -75,13 +75,15 @@
 //!   is not a stride;
 //! - ranges of `R` runs over ranges of `R_b` runs (or over a stride of step
 //!   ±1) are at most `R + R_b` runs over the base's base, since a run only
-//!   splits where it crosses a run boundary of the base; they flatten when
+//!   splits where it crosses a run boundary of the base; when the `8R`
+//!   bytes over the parent are the smallest candidate, they flatten if
 //!   those runs cost at most `2·(H + 8R) - H` bytes;
 //! - a group in base order over a chain whose levels are all in order
 //!   (bitmaps, ascending ranges, positive strides) is in world order, so a
 //!   bitmap over the world of `N` ranks holds it, about `80N/512` bytes
-//!   against `80p/512` over a base of `p` ranks: bitmaps of bitmaps
-//!   flatten while each keeps more than about half of the world;
+//!   against `80p/512` over a parent of `p` ranks: a bitmap of a bitmap
+//!   flattens while its parent holds more than about half of the world
+//!   (at equal density of select samples);
 //! - dense groups are absolute: one table read at any depth.
 //!
 //! What stays chained is a form far cheaper than any flatter one, such as
@@ -89,14 +91,21 @@
 //! would need a bitmap or a table; its lookups then pay the base's cost
 //! too.
 //!
-//! Memory guarantees that follow (the tests check them): a group never
-//! takes more than twice the full size of its smallest candidate; never
-//! more than the same members built from the world under the same policy
-//! (those candidates are always offered, at the shallowest depth), which
-//! is exactly the smallest form; a chain of strides costs `H` at any
-//! length, and ranges cost O(runs) however they are chained. `rank_of`
-//! walks the same links (base first, then each level's inverse), so it
-//! gets faster with the same flattening.
+//! Memory guarantees that follow (the tests check them):
+//!
+//! - a group made from the world, or from a dense group, has only
+//!   one-level candidates and takes the smallest: never larger than any
+//!   forced kind;
+//! - a group made on a chain takes at most twice the full size of its
+//!   smallest candidate, so at most [`FLATTEN_FACTOR`] times what any
+//!   forced kind would take from the same parent; and never more than the
+//!   same members built from the world (those candidates are always
+//!   offered, at the shallowest depth);
+//! - a chain of strides costs `H` at any length, and ranges cost O(runs)
+//!   however they are chained.
+//!
+//! `rank_of` walks the same links (base first, then each level's
+//! inverse), so flattening speeds it up as much as `lookup`.
 //!
 //! # Ranks
 //!
@@ -114,6 +123,11 @@
 //! assert_eq!(even.representation(), Representation::Stride);
 //! assert_eq!(even.lookup(3), Some(6));
 //! assert_eq!(even.rank_of(7), None);
+//!
+//! // A stride of a stride is flattened into one stride over the world.
+//! let fourth = even.range_incl(&[RankRange::new(0, 499_998, 2)])?;
+//! assert_eq!((fourth.representation(), fourth.depth()), (Representation::Stride, 1));
+//! assert_eq!(fourth.lookup(3), Some(12));
 //!
 //! let low = world.incl(&[0, 1, 2, 3])?;
 //! let both = low.intersection(&even)?;
