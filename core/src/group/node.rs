@@ -156,25 +156,60 @@ fn stride_parent_rank(first: u32, step: i32, rank: u32) -> Option<u32> {
 }
 
 /// Member index of `parent_rank` in the stride `first + i·step` of `size`
-/// members. Unsigned 32-bit arithmetic: a 64-bit division costs several
-/// times as much on common x86-64 parts, and steps of ±1 need none.
+/// members. Unsigned 32-bit arithmetic (a 64-bit division costs several
+/// times as much on common x86-64 parts), no division for steps of ±1, and
+/// no branch on membership: `rank_of` queries mix members and others.
 #[inline]
 fn stride_rank(first: u32, step: i32, size: u32, parent_rank: u32) -> Option<u32> {
+    // Both ranks are below 2^31: the distance is negative (wrapped past
+    // 2^31) exactly when the rank lies before `first` in step order.
     let distance = if step > 0 {
-        parent_rank.checked_sub(first)?
+        parent_rank.wrapping_sub(first)
     } else {
-        first.checked_sub(parent_rank)?
+        first.wrapping_sub(parent_rank)
     };
     let step = step.unsigned_abs();
     let rank = if step == 1 {
         distance
     } else {
-        let rank = distance.checked_div(step)?;
-        // No overflow: rank * step <= distance.
-        if rank * step != distance {
-            return None;
-        }
-        rank
+        distance.checked_div(step)?
     };
-    (rank < size).then_some(rank)
+    // No overflow: rank * step <= distance.
+    let member = (distance >> 31 == 0) & (rank * step == distance) & (rank < size);
+    member.then_some(rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stride_rank_inverts_stride_parent_rank() {
+        for step in [-7, -2, -1, 1, 2, 3, 1000] {
+            for first in [0u32, 1, 5, 40, 2000] {
+                for size in 0..12u32 {
+                    let members: alloc::vec::Vec<Option<u32>> = (0..size)
+                        .map(|i| stride_parent_rank(first, step, i))
+                        .collect();
+                    if members.iter().any(Option::is_none) {
+                        continue;
+                    }
+                    for p in 0..2100u32 {
+                        let expected = members.iter().position(|&m| m == Some(p));
+                        assert_eq!(
+                            stride_rank(first, step, size, p),
+                            expected.map(|i| i as u32),
+                            "first {first} step {step} size {size} rank {p}"
+                        );
+                    }
+                }
+            }
+        }
+        // Ranks near the top of the range, on either side of `first`.
+        let top = i32::MAX as u32 - 1;
+        assert_eq!(stride_rank(top, -1, 3, top - 2), Some(2));
+        assert_eq!(stride_rank(top, -1, 3, top - 3), None);
+        assert_eq!(stride_rank(0, 3, u32::MAX, top), Some(top / 3));
+        assert_eq!(stride_rank(1, 3, u32::MAX, top), None);
+    }
 }
