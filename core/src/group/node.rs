@@ -143,9 +143,19 @@ impl Node {
                 parent,
                 first,
                 step,
-            } => stride_rank(*first, *step, self.size, parent.rank_of(world_rank)?),
-            Store::Ranges { parent, runs } => runs.rank_of(parent.rank_of(world_rank)?),
-            Store::Bitmap { parent, bits } => bits.rank_if_set(parent.rank_of(world_rank)?),
+            } => stride_rank(*first, *step, self.size, parent.base_rank_of(world_rank)?),
+            Store::Ranges { parent, runs } => runs.rank_of(parent.base_rank_of(world_rank)?),
+            Store::Bitmap { parent, bits } => bits.rank_if_set(parent.base_rank_of(world_rank)?),
+        }
+    }
+
+    /// [`Node::rank_of`] of a base, with the world (the base of every
+    /// flattened group) answered inline rather than by a recursive call.
+    #[inline]
+    fn base_rank_of(&self, world_rank: u32) -> Option<u32> {
+        match self.store {
+            Store::World => (world_rank < self.size).then_some(world_rank),
+            _ => self.rank_of(world_rank),
         }
     }
 }
