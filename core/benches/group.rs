@@ -1,8 +1,22 @@
-//! Group lookups at about 10^6 members, per representation, at chain depth
-//! 1 (stored relative to the world) and 4 (relative to a group three
-//! bitmap levels above the world). Each iteration resolves a batch of
-//! 1024 pseudo-random ranks (independent lookups); the figure per lookup is
-//! the iteration time divided by 1024.
+//! Group lookups at about 10^6 members, per representation and per chain:
+//!
+//! - `world`: stored relative to the world (depth 1; dense is depth 0);
+//! - `own-chain`: four successive operations of the representation's own
+//!   kind (stride of stride of stride of stride, ranges of ranges…,
+//!   bitmap of bitmap…, dense of dense…), stored as the flattening rule
+//!   decides;
+//! - `over-3-bitmaps`: the group made on top of three levels that each keep
+//!   a random 90 % of the one above (the depth-4 case of the first bench;
+//!   those levels now flatten into one bitmap over the world);
+//! - `kept-chain`: a mixed chain the rule keeps four links deep, because
+//!   each level is far cheaper over its parent than over anything flatter:
+//!   bitmap, then every other rank, then all but one block of 64 in every
+//!   1024, then reversed.
+//!
+//! Each iteration resolves a batch of 1024 pseudo-random ranks
+//! (independent lookups); the figure per lookup is the iteration time
+//! divided by 1024. The representation, depth and bytes of every group are
+//! printed first.
 //!
 //! Run: `cargo bench -p fireopal-core --bench group -- --measurement-time 3`
 
@@ -10,7 +24,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use fireopal_core::group::{Group, Representation};
+use fireopal_core::group::{Group, RankRange, Representation};
 
 const BATCH: usize = 1024;
 
@@ -38,51 +52,138 @@ impl Rng {
     }
 }
 
+/// One measured group.
+struct Case {
+    /// Representation named in the bench id.
+    name: &'static str,
+    /// Chain label in the bench id.
+    chain: &'static str,
+    group: Group,
+}
+
 /// Groups of about 10^6 members over `base`, one per representation.
-fn tops(base: &Group, rng: &mut Rng) -> Vec<(&'static str, Group)> {
+fn tops(base: &Group, rng: &mut Rng, chain: &'static str, out: &mut Vec<Case>) {
     let n = base.size();
     let every_other: Vec<u32> = (0..n).step_by(2).collect();
     let blocks: Vec<u32> = (0..n).filter(|r| r % 128 < 64).collect();
     let mut shuffled = rng.subset(n, 50);
     rng.shuffle(&mut shuffled);
-    vec![
-        ("dense", base.incl(&shuffled).unwrap()),
-        ("stride", base.incl(&every_other).unwrap()),
-        ("ranges", base.incl(&blocks).unwrap()),
-        ("bitmap", base.incl(&rng.subset(n, 50)).unwrap()),
-    ]
+    for (name, ranks) in [
+        ("dense", shuffled),
+        ("stride", every_other),
+        ("ranges", blocks),
+        ("bitmap", rng.subset(n, 50)),
+    ] {
+        out.push(Case {
+            name,
+            chain,
+            group: base.incl(&ranks).unwrap(),
+        });
+    }
 }
 
-fn groups() -> Vec<(&'static str, u32, Group)> {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let mut out = Vec::new();
-    // Depth 1: everything relative to a world of 2 * 10^6.
-    let world = Group::world(2_000_000).unwrap();
-    for (name, g) in tops(&world, &mut rng) {
-        out.push((name, 1, g));
-    }
-    // Depth 4: three levels each keeping a random 90 % of the one above
-    // (each a bitmap over its parent), then the measured group on top.
+/// Three levels over a world of 2.75 * 10^6, each a random 90 % of the
+/// one above.
+fn three_bitmap_levels(rng: &mut Rng) -> Group {
     let mut base = Group::world(2_750_000).unwrap();
     for _ in 0..3 {
         base = base.incl(&rng.subset(base.size(), 90)).unwrap();
         assert_eq!(base.representation(), Representation::Bitmap);
     }
-    assert_eq!(base.depth(), 3);
-    for (name, g) in tops(&base, &mut rng) {
-        out.push((name, 4, g));
+    base
+}
+
+/// Four operations of each representation's own kind.
+fn own_chains(rng: &mut Rng, out: &mut Vec<Case>) {
+    // Dense: random subsets in random order, 90 %, 90 %, 90 %, then 50 %.
+    let mut g = Group::world(2_750_000).unwrap();
+    for percent in [90, 90, 90, 50] {
+        let mut ranks = rng.subset(g.size(), percent);
+        rng.shuffle(&mut ranks);
+        g = g.incl(&ranks).unwrap();
     }
-    for (name, depth, g) in &out {
-        let expected = match *name {
-            "dense" => (Representation::Dense, 0),
-            "stride" => (Representation::Stride, *depth),
-            "ranges" => (Representation::Ranges, *depth),
-            _ => (Representation::Bitmap, *depth),
+    out.push(Case {
+        name: "dense",
+        chain: "own-chain",
+        group: g,
+    });
+    // Stride: every other rank, reversed, every other rank, reversed.
+    let mut g = Group::world(4_000_000).unwrap();
+    for step in 0..4 {
+        let n = g.size();
+        let triplet = if step % 2 == 0 {
+            RankRange::new(0, n - 2 + n % 2, 2)
+        } else {
+            RankRange::new(n - 1, 0, -1)
         };
-        assert_eq!((g.representation(), g.depth()), expected, "{name}");
+        g = g.range_incl(&[triplet]).unwrap();
+    }
+    out.push(Case {
+        name: "stride",
+        chain: "own-chain",
+        group: g,
+    });
+    // Ranges: each level keeps three quarters, in blocks half the size of
+    // the level before (768 of 1024, 384 of 512, 192 of 256, 96 of 128).
+    let mut g = Group::world(3_200_000).unwrap();
+    for period in [1024u32, 512, 256, 128] {
+        let keep: Vec<u32> = (0..g.size())
+            .filter(|r| r % period < period / 4 * 3)
+            .collect();
+        g = g.incl(&keep).unwrap();
+    }
+    out.push(Case {
+        name: "ranges",
+        chain: "own-chain",
+        group: g,
+    });
+    // Bitmap: random subsets in order, 90 %, 90 %, 90 %, then 50 %.
+    let mut g = Group::world(2_750_000).unwrap();
+    for percent in [90, 90, 90, 50] {
+        g = g.incl(&rng.subset(g.size(), percent)).unwrap();
+    }
+    out.push(Case {
+        name: "bitmap",
+        chain: "own-chain",
+        group: g,
+    });
+}
+
+/// Bitmap, every other rank, all but one block of 64 in 1024, reversed.
+fn kept_chain(rng: &mut Rng) -> Group {
+    let world = Group::world(2_750_000).unwrap();
+    let bitmap = world.incl(&rng.subset(world.size(), 90)).unwrap();
+    let n = bitmap.size();
+    let strided = bitmap
+        .range_incl(&[RankRange::new(0, n - 2 + n % 2, 2)])
+        .unwrap();
+    let keep: Vec<u32> = (0..strided.size()).filter(|r| r % 1024 >= 64).collect();
+    let runs = strided.incl(&keep).unwrap();
+    runs.range_incl(&[RankRange::new(runs.size() - 1, 0, -1)])
+        .unwrap()
+}
+
+fn cases() -> Vec<Case> {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut out = Vec::new();
+    let world = Group::world(2_000_000).unwrap();
+    tops(&world, &mut rng, "world", &mut out);
+    own_chains(&mut rng, &mut out);
+    let base = three_bitmap_levels(&mut rng);
+    tops(&base, &mut rng, "over-3-bitmaps", &mut out);
+    out.push(Case {
+        name: "stride",
+        chain: "kept-chain",
+        group: kept_chain(&mut rng),
+    });
+    for case in &out {
+        let g = &case.group;
         println!(
-            "{name} over a depth-{} parent chain: {} members, {} bytes",
-            depth - 1,
+            "{}/{}: {:?} at depth {}, {} members, {} bytes",
+            case.name,
+            case.chain,
+            g.representation(),
+            g.depth(),
             g.size(),
             g.memory_bytes()
         );
@@ -91,13 +192,15 @@ fn groups() -> Vec<(&'static str, u32, Group)> {
 }
 
 fn bench_lookup(c: &mut Criterion) {
-    let all = groups();
+    let all = cases();
     let mut rng = Rng(0xDEAD_BEEF_1234_5678);
     let mut lookup = c.benchmark_group("group_lookup");
     lookup.throughput(Throughput::Elements(BATCH as u64));
-    for (name, depth, g) in &all {
+    for case in &all {
+        let g = &case.group;
         let ranks: Vec<u32> = (0..BATCH).map(|_| rng.below(g.size())).collect();
-        lookup.bench_with_input(BenchmarkId::new(*name, depth), &ranks, |b, ranks| {
+        let id = BenchmarkId::new(case.name, case.chain);
+        lookup.bench_with_input(id, &ranks, |b, ranks| {
             b.iter(|| {
                 let mut acc = 0u32;
                 for &r in ranks {
@@ -112,7 +215,8 @@ fn bench_lookup(c: &mut Criterion) {
     // rank_of: half members, half random world ranks (mostly non-members).
     let mut rank_of = c.benchmark_group("group_rank_of");
     rank_of.throughput(Throughput::Elements(BATCH as u64));
-    for (name, depth, g) in &all {
+    for case in &all {
+        let g = &case.group;
         let world = g.world_size();
         let queries: Vec<u32> = (0..BATCH)
             .map(|i| {
@@ -125,7 +229,8 @@ fn bench_lookup(c: &mut Criterion) {
             .collect();
         // Build the dense reverse index outside the timing.
         let _ = g.rank_of(0);
-        rank_of.bench_with_input(BenchmarkId::new(*name, depth), &queries, |b, queries| {
+        let id = BenchmarkId::new(case.name, case.chain);
+        rank_of.bench_with_input(id, &queries, |b, queries| {
             b.iter(|| {
                 let mut acc = 0u32;
                 for &w in queries {

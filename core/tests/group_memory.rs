@@ -1,9 +1,15 @@
-//! Memory of each representation for a world of 10^6 processes; prints a
-//! table (`cargo test -p fireopal-core --release --test group_memory --
-//! --nocapture`) and checks that stride is O(1), ranges O(runs) and that
-//! the automatic choice is never larger than a forced one.
+//! Memory of each representation for a world of 10^6 processes, built from
+//! the world and at the end of four-step chains; prints tables (`cargo
+//! test -p fireopal-core --release --test group_memory -- --nocapture
+//! --test-threads 1`) and checks that stride is O(1) and ranges O(runs),
+//! chained or not, that from the world the automatic choice is never
+//! larger than a forced one, and that on a chain it is never larger than
+//! `FLATTEN_FACTOR` times a forced one nor than the same members built
+//! from the world.
 
-use fireopal_core::group::{Group, RankRange, Representation, StoragePolicy};
+use fireopal_core::group::{
+    Group, RankRange, Representation, StoragePolicy, FLATTEN_FACTOR, MAX_DEPTH,
+};
 
 const WORLD: u32 = 1_000_000;
 
@@ -202,4 +208,151 @@ fn stride_is_constant_and_ranges_follow_runs_not_members() {
     assert_eq!(blocks_small.memory_bytes(), header + 8 * 8);
     // O(runs), far below a table of the members.
     assert!(blocks_big.memory_bytes() * 30 < 4 * blocks_big.size() as usize);
+}
+
+/// The last step of a chain: the group it is made from and the ranks of
+/// that group it keeps, in order.
+struct ChainEnd {
+    name: &'static str,
+    parent: Group,
+    ranks: Vec<u32>,
+}
+
+/// `steps` operations, each keeping `keep(size)` of the group before.
+fn chain(world: u32, steps: usize, keep: impl Fn(usize, u32) -> Vec<u32>) -> (Group, Vec<u32>) {
+    let mut g = Group::world(world).unwrap();
+    for step in 0..steps - 1 {
+        g = g.incl(&keep(step, g.size())).unwrap();
+    }
+    let last = keep(steps - 1, g.size());
+    (g, last)
+}
+
+fn chain_ends() -> Vec<ChainEnd> {
+    let mut out = Vec::new();
+    let mut end = |name, (parent, ranks)| {
+        out.push(ChainEnd {
+            name,
+            parent,
+            ranks,
+        })
+    };
+    // Every other rank, reversed, every other rank, reversed.
+    end(
+        "stride of stride x4",
+        chain(4_000_000, 4, |step, n| {
+            if step % 2 == 0 {
+                (0..n).step_by(2).collect()
+            } else {
+                (0..n).rev().collect()
+            }
+        }),
+    );
+    // Three quarters in blocks of 768, 384, 192, 96.
+    end(
+        "ranges of ranges x4",
+        chain(3_200_000, 4, |step, n| {
+            let period = 1024 >> step;
+            (0..n).filter(|r| r % period < period / 4 * 3).collect()
+        }),
+    );
+    // Random 90 %, 90 %, 90 %, then 50 %.
+    end(
+        "bitmap of bitmap x4",
+        chain(2_750_000, 4, |step, n| {
+            let percent = if step == 3 { 50 } else { 90 };
+            random_subset(n, percent, 0xB17 + step as u64)
+        }),
+    );
+    // Three random 90 % levels, then every other rank.
+    end(
+        "stride over 3 bitmaps",
+        chain(2_750_000, 4, |step, n| {
+            if step == 3 {
+                (0..n).step_by(2).collect()
+            } else {
+                random_subset(n, 90, 0xB17 + step as u64)
+            }
+        }),
+    );
+    // Random 90 %, every other rank, all but one block of 64 in 1024,
+    // reversed: each far cheaper over its parent than over the world.
+    end(
+        "kept mixed chain",
+        chain(2_750_000, 4, |step, n| match step {
+            0 => random_subset(n, 90, 0xB17),
+            1 => (0..n).step_by(2).collect(),
+            2 => (0..n).filter(|r| r % 1024 >= 64).collect(),
+            _ => (0..n).rev().collect(),
+        }),
+    );
+    out
+}
+
+#[test]
+fn bytes_at_the_end_of_four_step_chains() {
+    let header = Group::world(1).unwrap().memory_bytes();
+    println!(
+        "{:<22} {:>8} {:>8} {:>22} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "chain", "parent", "n", "automatic", "from world", "dense", "stride", "ranges", "bitmap"
+    );
+    for end in chain_ends() {
+        let auto = end.parent.incl(&end.ranks).unwrap();
+        let list = members(&auto);
+        let flat = Group::world(auto.world_size())
+            .unwrap()
+            .incl(&list)
+            .unwrap();
+        assert!(auto.depth() <= MAX_DEPTH);
+        // Never larger than the same members built from the world.
+        assert!(auto.memory_bytes() <= flat.memory_bytes(), "{}", end.name);
+        let mut cells = Vec::new();
+        for (policy, kind) in FORCED {
+            let g = end.parent.with_policy(policy).incl(&end.ranks).unwrap();
+            assert_eq!(members(&g), list, "{} under {policy:?}", end.name);
+            if g.representation() == kind {
+                // Within the flattening bound of every forced form.
+                assert!(
+                    auto.memory_bytes() <= FLATTEN_FACTOR as usize * g.memory_bytes(),
+                    "{}",
+                    end.name
+                );
+                cells.push(format!("{} d{}", g.memory_bytes(), g.depth()));
+            } else {
+                cells.push("-".into());
+            }
+        }
+        println!(
+            "{:<22} {:>8} {:>8} {:>22} {:>11} {:>10} {:>10} {:>10} {:>10}",
+            end.name,
+            end.parent.size(),
+            auto.size(),
+            format!(
+                "{:?} d{} {}",
+                auto.representation(),
+                auto.depth(),
+                auto.memory_bytes()
+            ),
+            flat.memory_bytes(),
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3]
+        );
+        // Stride chains stay O(1) and ranges chains O(runs).
+        match end.name {
+            "stride of stride x4" => {
+                assert_eq!(auto.representation(), Representation::Stride);
+                assert_eq!((auto.depth(), auto.memory_bytes()), (1, header));
+            }
+            "ranges of ranges x4" => {
+                assert_eq!(auto.representation(), Representation::Ranges);
+                let increasing = list.windows(2).all(|p| p[0] < p[1]);
+                assert!(increasing);
+                assert!(auto.memory_bytes() <= header + 8 * count_runs(&list));
+                assert!(auto.memory_bytes() * 30 < 4 * list.len());
+            }
+            _ => {}
+        }
+    }
 }

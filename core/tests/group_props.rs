@@ -40,6 +40,12 @@ impl Rng {
             v.swap(i, j);
         }
     }
+    fn shuffle_slices(&mut self, v: &mut [Vec<u32>]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u32 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +67,7 @@ fn pick_ranks(rng: &mut Rng, size: u32) -> Vec<u32> {
     if size == 0 {
         return Vec::new();
     }
-    match rng.below(6) {
+    match rng.below(7) {
         // Random subset, random order.
         0 => {
             let keep = rng.below(100) + 1;
@@ -98,6 +104,26 @@ fn pick_ranks(rng: &mut Rng, size: u32) -> Vec<u32> {
             v.dedup();
             rng.shuffle(&mut v);
             v
+        }
+        // A few long slices in random order, some reversed: cheap over
+        // the parent, so they grow chains over sparse groups.
+        5 => {
+            let mut cuts: Vec<u32> = (0..rng.below(4) + 1).map(|_| rng.below(size)).collect();
+            cuts.push(0);
+            cuts.push(size);
+            cuts.sort_unstable();
+            cuts.dedup();
+            let mut slices = Vec::new();
+            for c in cuts.windows(2) {
+                let slice: Vec<u32> = (c[0]..c[1]).collect();
+                match rng.below(3) {
+                    0 => {}
+                    1 => slices.push(slice.into_iter().rev().collect()),
+                    _ => slices.push(slice),
+                }
+            }
+            rng.shuffle_slices(&mut slices);
+            slices.concat()
         }
         // Everyone, maybe reversed.
         _ => {
@@ -207,11 +233,32 @@ fn model_compare(a: &[u32], b: &[u32]) -> Comparison {
     }
 }
 
-/// Checks every query of `g` against `model` (world ranks in order).
+/// What the chains of one run reached, to show they exercise flattening.
+#[derive(Debug, Default, Clone, Copy)]
+struct Reached {
+    /// Deepest chain seen.
+    depth: u32,
+    /// Results stored over a base deeper than one link.
+    chained: u32,
+    /// Results made from a group at depth 1 or more and stored shallower
+    /// than over it (over the world or a base further down the chain).
+    flattened: u32,
+}
+
+/// Checks every query of `g` against `model` (world ranks in order), and
+/// the memory rules of the flattening policy.
 fn check(g: &Group, model: &[u32], policy: StoragePolicy) -> Result<(), TestCaseError> {
     let n = g.world_size();
     prop_assert_eq!(g.size() as usize, model.len());
     prop_assert!(g.depth() <= MAX_DEPTH, "{:?}", g);
+    // Before `rank_of` builds a dense index into the count.
+    let bytes = g.memory_bytes();
+    let flat = Group::world(n)
+        .unwrap()
+        .with_policy(policy)
+        .incl(model)
+        .unwrap();
+    let flat_bytes = flat.memory_bytes();
     for (r, &w) in model.iter().enumerate() {
         prop_assert_eq!(g.lookup(r as u32), Some(w), "rank {} of {:?}", r, g);
     }
@@ -245,6 +292,18 @@ fn check(g: &Group, model: &[u32], policy: StoragePolicy) -> Result<(), TestCase
             policy
         );
     }
+    // Never more than the same members built from the world (when that
+    // build takes the same kind: always, unless a forced kind only fits a
+    // base on the chain); a kept chain means the world form is dearer.
+    // Dense groups are left out: a shared one may already count the
+    // `rank_of` index an earlier check built.
+    let dense = g.representation() == Representation::Dense;
+    if !dense && (policy == StoragePolicy::Automatic || forced.is_some()) {
+        prop_assert!(bytes <= flat_bytes, "{:?}: {} > {}", g, bytes, flat_bytes);
+        if g.depth() >= 2 {
+            prop_assert!(bytes < flat_bytes, "{:?} kept at {} bytes", g, bytes);
+        }
+    }
     Ok(())
 }
 
@@ -252,7 +311,8 @@ fn run_chain(
     world_size: u32,
     policy: StoragePolicy,
     ops: &[(Op, u64)],
-) -> Result<(), TestCaseError> {
+) -> Result<Reached, TestCaseError> {
+    let mut reached = Reached::default();
     let world = Group::world(world_size).unwrap().with_policy(policy);
     let mut pool: Vec<(Group, Vec<u32>)> = vec![(world, (0..world_size).collect())];
     for &(op, seed) in ops {
@@ -358,6 +418,13 @@ fn run_chain(
             }
         };
         check(&result, &expected, policy)?;
+        reached.depth = reached.depth.max(result.depth());
+        reached.chained += u32::from(result.depth() >= 2);
+        // A derived group over its parent would be one link deeper.
+        let derived = !matches!(op, Op::Union);
+        reached.flattened += u32::from(
+            derived && g.depth() >= 1 && result.depth() >= 1 && result.depth() <= g.depth(),
+        );
         // Cross-check translate and compare against another pool member.
         let mut ranks: Vec<u32> = (0..result.size().min(64)).collect();
         ranks.push(PROC_NULL);
@@ -377,7 +444,7 @@ fn run_chain(
         prop_assert_eq!(result.compare(&h), model_compare(&expected, &other));
         pool.push((result, expected));
     }
-    Ok(())
+    Ok(reached)
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -392,6 +459,61 @@ fn op() -> impl Strategy<Value = Op> {
         Op::BadIncl,
         Op::BadRange,
     ])
+}
+
+/// Fixed chains, each step drawn from `seed`: the property test's
+/// operations without proptest's choice, to measure what they reach.
+fn fixed_chain(seed: u64, len: usize) -> Vec<(Op, u64)> {
+    let ops = [
+        Op::Incl,
+        Op::Excl,
+        Op::RangeIncl,
+        Op::RangeExcl,
+        Op::Union,
+        Op::Intersection,
+        Op::Difference,
+    ];
+    let mut rng = Rng::new(seed);
+    (0..len)
+        .map(|_| (ops[rng.below(ops.len() as u32) as usize], rng.next()))
+        .collect()
+}
+
+#[test]
+fn chains_grow_deep_and_get_flattened_under_every_sparse_policy() {
+    // The property test's generator must build deep chains, keep some and
+    // flatten others, under the automatic policy and each forced sparse
+    // kind, or it would not be testing the flattening rule.
+    for policy in [
+        StoragePolicy::Automatic,
+        StoragePolicy::Stride,
+        StoragePolicy::Ranges,
+        StoragePolicy::Bitmap,
+    ] {
+        let mut total = Reached::default();
+        for seed in 1..=60u64 {
+            let reached = run_chain(10_000, policy, &fixed_chain(seed, 24)).unwrap();
+            total.depth = total.depth.max(reached.depth);
+            total.chained += reached.chained;
+            total.flattened += reached.flattened;
+        }
+        println!("{policy:?}: {total:?}");
+        // Forced kinds keep fewer chains (a ranges level over ranges only
+        // stays when it has far fewer runs), so three links suffice there.
+        let deep = if policy == StoragePolicy::Automatic {
+            MAX_DEPTH
+        } else {
+            3
+        };
+        assert!(total.depth >= deep, "{policy:?}: {total:?}");
+        assert!(
+            total.chained > 0 && total.flattened > 0,
+            "{policy:?}: {total:?}"
+        );
+    }
+    // Dense groups never chain.
+    let dense = run_chain(3000, StoragePolicy::Dense, &fixed_chain(7, 24)).unwrap();
+    assert_eq!(dense.depth, 0, "{dense:?}");
 }
 
 proptest! {

@@ -1,25 +1,27 @@
-//! Choosing and building the storage of a new group (the rules are in the
-//! module doc of [`super`]).
+//! Choosing and building the storage of a new group: the candidate forms
+//! over every base on the parent chain and over the world, and the
+//! flattening rule that picks one (stated in the module doc of
+//! [`super`]).
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::bitmap::{self, Bitmap};
 use super::dense::Dense;
-use super::node::{Node, Store};
+use super::node::{Node, Store, HEADER_BYTES};
 use super::ranges::{self, Runs};
-use super::{Group, Representation, StoragePolicy, MAX_DEPTH};
+use super::{Group, Representation, StoragePolicy, FLATTEN_FACTOR, MAX_DEPTH};
 
-/// Heap bytes of a stride: first parent rank and step.
-const STRIDE_BYTES: usize = 8;
+/// Heap bytes of a stride: none, its first rank and step sit in the node.
+const STRIDE_BYTES: usize = 0;
 
 /// What the member list looks like relative to one base group.
 struct Shape {
-    /// Strictly increasing parent ranks (parent order).
+    /// Strictly increasing base ranks (base order).
     increasing: bool,
-    /// Common difference of consecutive parent ranks, if there is one.
+    /// Common difference of consecutive base ranks, if there is one.
     step: Option<i32>,
-    /// Maximal runs of consecutive parent ranks (either direction).
+    /// Maximal runs of consecutive base ranks (either direction).
     runs: usize,
 }
 
@@ -54,33 +56,43 @@ impl Shape {
     }
 }
 
-/// Which group the sparse forms are relative to.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The members as ranks of one group on the parent chain.
+struct Level {
+    node: Arc<Node>,
+    ranks: Vec<u32>,
+}
+
+/// Which group a candidate form is relative to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Base {
+    /// The world (or nothing, for dense).
     World,
-    Parent,
+    /// `levels[i]`: 0 is the parent, then its base, and so on.
+    Level(usize),
 }
 
 /// One way to store the new group.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Choice {
     kind: Representation,
     base: Base,
+    /// Heap bytes, by the formulas of the module doc.
     bytes: usize,
     depth: u8,
 }
 
 impl Choice {
-    /// Least memory first; on a tie, the shorter chain, then the kind with
-    /// the faster lookup.
-    fn key(&self) -> (usize, u8, u8) {
+    /// Among forms within the flattening bound: the shallowest first (a
+    /// dense table counts as one level, like a form over the world), then
+    /// the least memory, then the kind with the faster lookup.
+    fn key(&self) -> (u8, usize, u8, u8) {
         let speed = match self.kind {
             Representation::World | Representation::Stride => 0,
             Representation::Dense => 1,
             Representation::Bitmap => 2,
             Representation::Ranges => 3,
         };
-        (self.bytes, self.depth, speed)
+        (self.depth.max(1), self.bytes, self.depth, speed)
     }
 }
 
@@ -127,28 +139,86 @@ fn sparse_choices(
     }
 }
 
+/// The flattening rule: the forced kind if some base can hold it (else
+/// every kind), then the best key among the forms whose full size (node
+/// header included) is at most `FLATTEN_FACTOR` times the smallest one's.
+fn pick(choices: &[Choice], forced: Option<Representation>) -> Option<Choice> {
+    let forced = forced.filter(|&kind| choices.iter().any(|c| c.kind == kind));
+    let pool = || {
+        choices
+            .iter()
+            .filter(move |c| forced.map_or(true, |kind| c.kind == kind))
+    };
+    let least = pool().map(|c| c.bytes).min()?;
+    let bound = least
+        .saturating_add(HEADER_BYTES)
+        .saturating_mul(FLATTEN_FACTOR as usize)
+        - HEADER_BYTES;
+    pool()
+        .filter(|c| c.bytes <= bound)
+        .min_by_key(|c| c.key())
+        .copied()
+}
+
 fn is_identity(members: &[u32], size: u32) -> bool {
     members.len() == size as usize && members.iter().zip(0..).all(|(&m, i)| m == i)
 }
 
-/// Builds the group whose members are `world` (world ranks, group order).
-/// `parent`, when given, holds the same members as ranks of `base`, which
-/// lets the sparse forms be relative to `base` rather than to the world.
-/// The new group inherits `base`'s policy.
-pub(super) fn build(base: &Group, parent: Option<&[u32]>, world: &[u32]) -> Group {
-    let parent = parent.filter(|m| m.len() == world.len());
-    if parent.is_some_and(|m| is_identity(m, base.node.size)) {
-        return base.clone();
+/// The members' ranks in `from` and in each group below it on the chain,
+/// down to the world or a dense group, and their world ranks. Ranks must
+/// be valid in `from`.
+fn walk(from: &Arc<Node>, ranks: &[u32]) -> (Vec<Level>, Vec<u32>) {
+    let mut levels = Vec::new();
+    let mut node = Arc::clone(from);
+    let mut ranks = ranks.to_vec();
+    while !node.is_world() {
+        let next = node.base().map(Arc::clone);
+        let mapped: Vec<u32> = match next {
+            Some(_) => ranks.iter().filter_map(|&r| node.base_rank(r)).collect(),
+            // Dense: the table holds world ranks.
+            None => ranks.iter().filter_map(|&r| node.world_rank(r)).collect(),
+        };
+        levels.push(Level { node, ranks });
+        match next {
+            Some(below) => {
+                node = below;
+                ranks = mapped;
+            }
+            None => return (levels, mapped),
+        }
+    }
+    (levels, ranks)
+}
+
+/// Builds the group of `ranks` (ranks of `base`, in the new order). The
+/// new group inherits `base`'s policy.
+pub(super) fn from_ranks(base: &Group, ranks: &[u32]) -> Group {
+    let (levels, world) = walk(&base.node, ranks);
+    choose(base, &levels, &world)
+}
+
+/// Builds the group whose members are `world` (world ranks, group order)
+/// with no parent to be relative to (a union). The new group inherits
+/// `base`'s policy.
+pub(super) fn from_world(base: &Group, world: &[u32]) -> Group {
+    choose(base, &[], world)
+}
+
+fn choose(base: &Group, levels: &[Level], world: &[u32]) -> Group {
+    let share = |node: &Arc<Node>| Group {
+        node: Arc::clone(node),
+        world: Arc::clone(&base.world),
+        policy: base.policy,
+    };
+    // Equal to a group on the chain or to the world: share that node.
+    if let Some(level) = levels.iter().find(|l| is_identity(&l.ranks, l.node.size)) {
+        return share(&level.node);
     }
     if is_identity(world, base.world.size) {
-        return Group {
-            node: Arc::clone(&base.world),
-            world: Arc::clone(&base.world),
-            policy: base.policy,
-        };
+        return share(&base.world);
     }
     let members = world.len();
-    let mut choices = Vec::with_capacity(7);
+    let mut choices = Vec::with_capacity(4 + 3 * levels.len());
     choices.push(Choice {
         kind: Representation::Dense,
         base: Base::World,
@@ -164,41 +234,39 @@ pub(super) fn build(base: &Group, parent: Option<&[u32]>, world: &[u32]) -> Grou
         members,
         1,
     );
-    // Relative to the parent only while the chain stays within the bound;
-    // past it, the group is resolved against the world (flattening).
-    let parent_shape = parent
-        .filter(|_| !base.node.is_world() && u32::from(base.node.depth) < MAX_DEPTH)
-        .map(|m| (m, Shape::of(m)));
-    if let Some((_, shape)) = &parent_shape {
-        sparse_choices(
-            &mut choices,
-            Base::Parent,
-            shape,
-            base.node.size,
-            members,
-            base.node.depth + 1,
-        );
+    // A base already at the depth bound is skipped (the backstop). Rank
+    // lists always match in length, as every rank passed in is valid.
+    let mut shapes = Vec::with_capacity(levels.len());
+    for (i, level) in levels.iter().enumerate() {
+        let usable = u32::from(level.node.depth) < MAX_DEPTH && level.ranks.len() == members;
+        let shape = usable.then(|| Shape::of(&level.ranks));
+        if let Some(shape) = &shape {
+            sparse_choices(
+                &mut choices,
+                Base::Level(i),
+                shape,
+                level.node.size,
+                members,
+                level.node.depth + 1,
+            );
+        }
+        shapes.push(shape);
     }
-    let forced = policy_kind(base.policy);
-    let best = choices
-        .iter()
-        .filter(|c| Some(c.kind) == forced)
-        .min_by_key(|c| c.key())
-        .or_else(|| choices.iter().min_by_key(|c| c.key()))
-        .copied();
-    let node = match (best, &parent_shape) {
-        (Some(c), Some((m, shape))) if c.base == Base::Parent => {
-            sparse_node(c, &base.node, m, shape)
-        }
-        (Some(c), _) if c.kind != Representation::Dense => {
-            sparse_node(c, &base.world, world, &world_shape)
-        }
-        _ => Node {
-            size: members as u32,
-            depth: 0,
-            store: Store::Dense(Dense::new(world.into())),
+    let chosen = pick(&choices, policy_kind(base.policy));
+    let level = |i: usize| Some((levels.get(i)?, shapes.get(i)?.as_ref()?));
+    let node = match chosen {
+        Some(c) if c.kind == Representation::Dense => None,
+        Some(c) => match c.base {
+            Base::World => Some(sparse_node(c, &base.world, world, &world_shape)),
+            Base::Level(i) => level(i).map(|(l, shape)| sparse_node(c, &l.node, &l.ranks, shape)),
         },
-    };
+        None => None,
+    }
+    .unwrap_or_else(|| Node {
+        size: members as u32,
+        depth: 0,
+        store: Store::Dense(Dense::new(world.into())),
+    });
     Group {
         node: Arc::new(node),
         world: Arc::clone(&base.world),
@@ -229,5 +297,67 @@ fn sparse_node(choice: Choice, over: &Arc<Node>, members: &[u32], shape: &Shape)
         size: members.len() as u32,
         depth: over.depth + 1,
         store,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choice(kind: Representation, base: Base, bytes: usize, depth: u8) -> Choice {
+        Choice {
+            kind,
+            base,
+            bytes,
+            depth,
+        }
+    }
+
+    #[test]
+    fn flatter_forms_win_only_within_the_bound() {
+        use Representation::{Bitmap, Dense, Ranges, Stride};
+        let h = HEADER_BYTES;
+        let over_parent = choice(Bitmap, Base::Level(0), 1000, 3);
+        // World form exactly at the bound: taken.
+        let at_bound = choice(Bitmap, Base::World, 2 * (1000 + h) - h, 1);
+        let picked = pick(&[over_parent, at_bound], None).map(|c| c.base);
+        assert_eq!(picked, Some(Base::World));
+        // One byte over: the chain is kept.
+        let over = choice(Bitmap, Base::World, 2 * (1000 + h) - h + 1, 1);
+        let picked = pick(&[over_parent, over], None).map(|c| c.base);
+        assert_eq!(picked, Some(Base::Level(0)));
+        // A grandparent within the bound beats the parent.
+        let grandparent = choice(Ranges, Base::Level(1), 1500, 2);
+        let picked = pick(&[over_parent, over, grandparent], None).map(|c| c.base);
+        assert_eq!(picked, Some(Base::Level(1)));
+        // Dense counts as one level: the smaller of dense and a form over
+        // the world wins, as without any chain.
+        let dense = choice(Dense, Base::World, 400, 0);
+        let world_bitmap = choice(Bitmap, Base::World, 300, 1);
+        let picked = pick(&[dense, world_bitmap], None).map(|c| c.kind);
+        assert_eq!(picked, Some(Bitmap));
+        // Equal bytes and depth: the faster lookup.
+        let stride = choice(Stride, Base::World, 0, 1);
+        let ranges = choice(Ranges, Base::World, 0, 1);
+        assert_eq!(pick(&[ranges, stride], None).map(|c| c.kind), Some(Stride));
+    }
+
+    #[test]
+    fn a_forced_kind_limits_the_candidates_when_some_base_holds_it() {
+        use Representation::{Bitmap, Dense, Ranges, Stride};
+        let choices = [
+            choice(Dense, Base::World, 4000, 0),
+            choice(Ranges, Base::World, 9000, 1),
+            choice(Stride, Base::Level(0), 0, 2),
+        ];
+        let picked = pick(&choices, Some(Ranges)).map(|c| (c.kind, c.base));
+        assert_eq!(picked, Some((Ranges, Base::World)));
+        // Stride only over the parent: kept there, whatever the bound.
+        let picked = pick(&choices, Some(Stride)).map(|c| (c.kind, c.base));
+        assert_eq!(picked, Some((Stride, Base::Level(0))));
+        // No base holds a bitmap: the automatic rule.
+        let picked = pick(&choices, Some(Bitmap)).map(|c| c.kind);
+        assert_eq!(picked, pick(&choices, None).map(|c| c.kind));
+        assert_eq!(pick(&[], None).map(|c| c.kind), None);
     }
 }

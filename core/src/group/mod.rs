@@ -6,49 +6,106 @@
 //!
 //! The world group of `n` processes is stored in O(1): rank `i` is world
 //! rank `i`. Every other group is stored in one of four forms; the sparse
-//! ones are relative to a *base*, either the group it was made from (its
-//! parent) or the world:
+//! ones are relative to a *base*, the world or a group on the chain it was
+//! made from:
 //!
 //! | form | holds | heap bytes | `lookup` | `rank_of` |
 //! |---|---|---|---|---|
 //! | dense | world rank of each member | `4n` | O(1) | O(1) expected |
-//! | stride | base ranks `first + i·step`, `step` may be negative | `8` | O(1) | O(1) |
+//! | stride | base ranks `first + i·step`, `step` may be negative | `0` (first and step sit in the node) | O(1) | O(1) |
 //! | ranges | runs of base ranks stepping by +1 or -1, runs in any order | `8R` in base order, else `12R` | O(log R) | O(log R) |
 //! | bitmap | a bit per base rank, members in base order | `80·⌈p/512⌉ + 4·(⌈n/2^s⌉ + 1)` | O(1) select | O(1) rank |
 //!
 //! with `n` members, `R` runs, `p` ranks in the base and
 //! `s = clamp(⌊log2(512·n/p)⌋, 4, 8)` (one select sample per block's worth
-//! of members); each sparse level
-//! adds the base's own cost to `lookup` and `rank_of`. Every node also has
-//! a fixed header, left out of the comparison. Dense `rank_of` uses a hash
-//! index (`8·2^⌈log2 2n⌉` bytes) built on its first call and reported by
-//! [`Group::memory_bytes`] from then on; it is not part of the choice.
+//! of members); each sparse level adds the base's own cost to `lookup` and
+//! `rank_of`. Every node also has a fixed header of `H` bytes (the
+//! [`Group::memory_bytes`] of the world group, 96 on 64-bit targets).
+//! Dense `rank_of` uses a hash index (`8·2^⌈log2 2n⌉` bytes) built on its
+//! first call and reported by [`Group::memory_bytes`] from then on; it is
+//! not part of the choice.
 //!
-//! Each new group takes the form with the least heap bytes among: dense;
-//! stride, ranges and bitmap over the world; and the same three over its
-//! parent (the group `incl`, `excl`, `range_*`, `intersection` or
-//! `difference` was called on; a union need not lie inside either operand,
-//! so it only has the world as base). Ties go to the shorter chain, then to the faster lookup (stride,
-//! dense, bitmap, ranges). Bitmap needs members in base order, stride an
-//! arithmetic progression; ranges hold any order (a reversed group is one
-//! descending run, and a reversed stride has a negative step), so a group
-//! ordered differently from its parent is stored as stride, ranges or
-//! dense, never refused. A result equal to its parent (or to the world)
-//! shares that node instead of storing anything.
+//! The *candidates* for a new group are: dense; stride, ranges and bitmap
+//! over the world; and the same three over each group of its parent
+//! chain: the group `incl`, `excl`, `range_*`, `intersection` or
+//! `difference` was called on, that group's base, and so on down to the
+//! world or a dense group. A union need not lie inside either operand, so
+//! its only base is the world. Bitmap needs members in base order, stride
+//! an arithmetic progression; ranges hold any order (a reversed group is
+//! one descending run, and a reversed stride has a negative step), so a
+//! group ordered differently from its bases is stored as stride, ranges or
+//! dense, never refused. A result equal to a group of its chain (or to the
+//! world) shares that node instead of storing anything. Which candidate is
+//! taken is the flattening rule below.
 //!
-//! A [`StoragePolicy`] other than `Automatic` forces the form where it can
-//! hold the group (dense always can, ranges always can, stride needs an
-//! arithmetic progression, bitmap base order) and falls back to the
-//! automatic choice elsewhere. Results inherit the policy of the group the
-//! operation was called on.
+//! A [`StoragePolicy`] other than `Automatic` keeps only the candidates of
+//! its kind when some base can hold the group in that kind (dense always
+//! can, ranges always can, stride needs an arithmetic progression, bitmap
+//! base order), and all candidates otherwise; the same rule then picks
+//! one. Results inherit the policy of the group the operation was called
+//! on.
 //!
-//! # Chains
+//! # Chains and flattening
 //!
 //! Sparse groups keep their base alive through an [`Arc`] and resolve a
-//! rank by walking bases down to the world or a dense group; [`Group::depth`]
-//! counts these links. A group may use its parent as base only while the
-//! chain stays at most [`MAX_DEPTH`] links long; past that it is built
-//! against the world (or dense) instead, so no chain ever grows deeper.
+//! rank by walking bases down to the world or a dense group, one step per
+//! link (a multiply-add, a binary search or a select); [`Group::depth`]
+//! counts the links. Deep chains are slow, so each new group is placed by
+//! this rule:
+//!
+//! 1. Give each candidate its full size, `H` + heap bytes, and its depth:
+//!    0 for dense, 1 over the world, the base's depth + 1 over a base.
+//! 2. With `S` the smallest full size, keep the candidates of full size at
+//!    most [`FLATTEN_FACTOR`]` · S` (twice the smallest).
+//! 3. Take the shallowest of those, dense counting as depth 1 (a table
+//!    read costs about one level over the world); then the smaller; then
+//!    the faster lookup (stride, dense, bitmap, ranges).
+//!
+//! A base already [`MAX_DEPTH`] links deep is not offered, so no chain
+//! ever grows past that (the backstop when no flatter form is within the
+//! bound).
+//!
+//! The candidates over each base are built from the members' actual ranks
+//! in that base (the operation resolves every member anyway), so
+//! compositions are found exactly rather than estimated:
+//!
+//! - stride `(f, s)` over stride `(f_b, s_b)` is stride `(f_b + f·s_b,
+//!   s·s_b)` over the base's base, again 0 heap bytes: a chain of strides
+//!   is one stride over the world (depth 1), or over the nearest base that
+//!   is not a stride;
+//! - ranges of `R` runs over ranges of `R_b` runs (or over a stride of step
+//!   ±1) are at most `R + R_b` runs over the base's base, since a run only
+//!   splits where it crosses a run boundary of the base; when the `8R`
+//!   bytes over the parent are the smallest candidate, they flatten if
+//!   those runs cost at most `2·(H + 8R) - H` bytes;
+//! - a group in base order over a chain whose levels are all in order
+//!   (bitmaps, ascending ranges, positive strides) is in world order, so a
+//!   bitmap over the world of `N` ranks holds it, about `80N/512` bytes
+//!   against `80p/512` over a parent of `p` ranks: a bitmap of a bitmap
+//!   flattens while its parent holds more than about half of the world
+//!   (at equal density of select samples);
+//! - dense groups are absolute: one table read at any depth.
+//!
+//! What stays chained is a form far cheaper than any flatter one, such as
+//! a stride (0 heap bytes) over a bitmap whose members over the world
+//! would need a bitmap or a table; its lookups then pay the base's cost
+//! too.
+//!
+//! Memory guarantees that follow (the tests check them):
+//!
+//! - a group made from the world, or from a dense group, has only
+//!   one-level candidates and takes the smallest: never larger than any
+//!   forced kind;
+//! - a group made on a chain takes at most twice the full size of its
+//!   smallest candidate, so at most [`FLATTEN_FACTOR`] times what any
+//!   forced kind would take from the same parent; and never more than the
+//!   same members built from the world (those candidates are always
+//!   offered, at the shallowest depth);
+//! - a chain of strides costs `H` at any length, and ranges cost O(runs)
+//!   however they are chained.
+//!
+//! `rank_of` walks the same links (base first, then each level's
+//! inverse), so flattening speeds it up as much as `lookup`.
 //!
 //! # Ranks
 //!
@@ -66,6 +123,11 @@
 //! assert_eq!(even.representation(), Representation::Stride);
 //! assert_eq!(even.lookup(3), Some(6));
 //! assert_eq!(even.rank_of(7), None);
+//!
+//! // A stride of a stride is flattened into one stride over the world.
+//! let fourth = even.range_incl(&[RankRange::new(0, 499_998, 2)])?;
+//! assert_eq!((fourth.representation(), fourth.depth()), (Representation::Stride, 1));
+//! assert_eq!(fourth.lookup(3), Some(12));
 //!
 //! let low = world.incl(&[0, 1, 2, 3])?;
 //! let both = low.intersection(&even)?;
@@ -89,8 +151,13 @@ use core::fmt;
 use node::Node;
 
 /// Most parent links between a group and the world or dense group its
-/// lookups end at.
+/// lookups end at: the backstop of the flattening rule.
 pub const MAX_DEPTH: u32 = 4;
+
+/// The flattening bound: a group is stored in the shallowest form whose
+/// bytes, node header included, are at most this many times those of its
+/// smallest form (see [Chains and flattening](self#chains-and-flattening)).
+pub const FLATTEN_FACTOR: u32 = 2;
 
 /// Largest world: ranks must fit an MPI `int`.
 pub const MAX_WORLD_SIZE: u32 = i32::MAX as u32;
@@ -467,17 +534,10 @@ impl Group {
         (0..self.size()).filter_map(|r| self.lookup(r)).collect()
     }
 
-    /// World ranks of the given member ranks (all valid).
-    fn world_ranks_of(&self, ranks: &[u32]) -> Vec<u32> {
-        if self.node.is_world() {
-            return ranks.to_vec();
-        }
-        ranks.iter().filter_map(|&r| self.lookup(r)).collect()
-    }
-
-    /// Builds the group of `ranks` (ranks of `self`, in the new order).
+    /// Builds the group of `ranks` (ranks of `self`, all valid, in the new
+    /// order).
     fn derive(&self, ranks: &[u32]) -> Group {
-        build::build(self, Some(ranks), &self.world_ranks_of(ranks))
+        build::from_ranks(self, ranks)
     }
 
     fn check_world(&self, other: &Group) -> Result<(), (u32, u32)> {
@@ -592,22 +652,15 @@ impl Group {
             // Exactly `other`: share it.
             return Ok(other.with_policy(self.policy));
         }
-        Ok(build::build(self, None, &world))
+        Ok(build::from_world(self, &world))
     }
 
     /// Members of `self` that `keep` accepts, in `self`'s order.
     fn filter(&self, mut keep: impl FnMut(u32) -> bool) -> Group {
-        let mut ranks = Vec::new();
-        let mut world = Vec::new();
-        for rank in 0..self.size() {
-            if let Some(w) = self.lookup(rank) {
-                if keep(w) {
-                    ranks.push(rank);
-                    world.push(w);
-                }
-            }
-        }
-        build::build(self, Some(&ranks), &world)
+        let ranks: Vec<u32> = (0..self.size())
+            .filter(|&rank| self.lookup(rank).is_some_and(&mut keep))
+            .collect();
+        self.derive(&ranks)
     }
 
     /// Members of `self` that are also in `other`, in `self`'s order

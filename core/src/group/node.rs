@@ -9,6 +9,10 @@ use super::dense::Dense;
 use super::ranges::Runs;
 use super::Representation;
 
+/// Bytes every node costs besides the heap it owns: the node and the
+/// `Arc` counters around it.
+pub(super) const HEADER_BYTES: usize = size_of::<Node>() + 2 * size_of::<usize>();
+
 /// One group's storage; shared through `Arc` by handles and children.
 pub(super) struct Node {
     /// Members.
@@ -69,7 +73,32 @@ impl Node {
             Store::Ranges { runs, .. } => runs.heap_bytes(),
             Store::Bitmap { bits, .. } => bits.heap_bytes(),
         };
-        size_of::<Node>() + 2 * size_of::<usize>() + heap
+        HEADER_BYTES + heap
+    }
+
+    /// The group this node is stored relative to; `None` for the world and
+    /// dense groups, which are absolute.
+    pub(super) fn base(&self) -> Option<&Arc<Node>> {
+        match &self.store {
+            Store::World | Store::Dense(_) => None,
+            Store::Stride { parent, .. }
+            | Store::Ranges { parent, .. }
+            | Store::Bitmap { parent, .. } => Some(parent),
+        }
+    }
+
+    /// Rank in [`Node::base`] of member `rank`: one step of the walk
+    /// (`None` for absolute nodes and ranks past the group).
+    pub(super) fn base_rank(&self, rank: u32) -> Option<u32> {
+        if rank >= self.size {
+            return None;
+        }
+        match &self.store {
+            Store::World | Store::Dense(_) => None,
+            Store::Stride { first, step, .. } => stride_parent_rank(*first, *step, rank),
+            Store::Ranges { runs, .. } => runs.parent_rank(rank),
+            Store::Bitmap { bits, .. } => bits.select(rank),
+        }
     }
 
     /// World rank of member `rank`, walking up the parents.
@@ -105,7 +134,7 @@ impl Node {
     }
 
     /// Member index of `world_rank`, or `None` when it is not a member.
-    /// Recursion is bounded by the depth limit.
+    /// Recursion is bounded by the depth limit ([`super::MAX_DEPTH`]).
     pub(super) fn rank_of(&self, world_rank: u32) -> Option<u32> {
         match &self.store {
             Store::World => (world_rank < self.size).then_some(world_rank),
@@ -114,9 +143,19 @@ impl Node {
                 parent,
                 first,
                 step,
-            } => stride_rank(*first, *step, self.size, parent.rank_of(world_rank)?),
-            Store::Ranges { parent, runs } => runs.rank_of(parent.rank_of(world_rank)?),
-            Store::Bitmap { parent, bits } => bits.rank_if_set(parent.rank_of(world_rank)?),
+            } => stride_rank(*first, *step, self.size, parent.base_rank_of(world_rank)?),
+            Store::Ranges { parent, runs } => runs.rank_of(parent.base_rank_of(world_rank)?),
+            Store::Bitmap { parent, bits } => bits.rank_if_set(parent.base_rank_of(world_rank)?),
+        }
+    }
+
+    /// [`Node::rank_of`] of a base, with the world (the base of every
+    /// flattened group) answered inline rather than by a recursive call.
+    #[inline]
+    fn base_rank_of(&self, world_rank: u32) -> Option<u32> {
+        match self.store {
+            Store::World => (world_rank < self.size).then_some(world_rank),
+            _ => self.rank_of(world_rank),
         }
     }
 }
@@ -126,13 +165,61 @@ fn stride_parent_rank(first: u32, step: i32, rank: u32) -> Option<u32> {
     u32::try_from(i64::from(first) + i64::from(rank) * i64::from(step)).ok()
 }
 
+/// Member index of `parent_rank` in the stride `first + i·step` of `size`
+/// members. Unsigned 32-bit arithmetic (a 64-bit division costs several
+/// times as much on common x86-64 parts), no division for steps of ±1, and
+/// no branch on membership: `rank_of` queries mix members and others.
+#[inline]
 fn stride_rank(first: u32, step: i32, size: u32, parent_rank: u32) -> Option<u32> {
-    let distance = i64::from(parent_rank) - i64::from(first);
-    let step = i64::from(step);
-    if distance.checked_rem(step)? != 0 {
-        return None;
+    // Both ranks are below 2^31: the distance is negative (wrapped past
+    // 2^31) exactly when the rank lies before `first` in step order.
+    let distance = if step > 0 {
+        parent_rank.wrapping_sub(first)
+    } else {
+        first.wrapping_sub(parent_rank)
+    };
+    let step = step.unsigned_abs();
+    let rank = if step == 1 {
+        distance
+    } else {
+        distance.checked_div(step)?
+    };
+    // No overflow: rank * step <= distance.
+    let member = (distance >> 31 == 0) & (rank * step == distance) & (rank < size);
+    member.then_some(rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stride_rank_inverts_stride_parent_rank() {
+        for step in [-7, -2, -1, 1, 2, 3, 1000] {
+            for first in [0u32, 1, 5, 40, 2000] {
+                for size in 0..12u32 {
+                    let members: alloc::vec::Vec<Option<u32>> = (0..size)
+                        .map(|i| stride_parent_rank(first, step, i))
+                        .collect();
+                    if members.iter().any(Option::is_none) {
+                        continue;
+                    }
+                    for p in 0..2100u32 {
+                        let expected = members.iter().position(|&m| m == Some(p));
+                        assert_eq!(
+                            stride_rank(first, step, size, p),
+                            expected.map(|i| i as u32),
+                            "first {first} step {step} size {size} rank {p}"
+                        );
+                    }
+                }
+            }
+        }
+        // Ranks near the top of the range, on either side of `first`.
+        let top = i32::MAX as u32 - 1;
+        assert_eq!(stride_rank(top, -1, 3, top - 2), Some(2));
+        assert_eq!(stride_rank(top, -1, 3, top - 3), None);
+        assert_eq!(stride_rank(0, 3, u32::MAX, top), Some(top / 3));
+        assert_eq!(stride_rank(1, 3, u32::MAX, top), None);
     }
-    u32::try_from(distance.checked_div(step)?)
-        .ok()
-        .filter(|&rank| rank < size)
 }
