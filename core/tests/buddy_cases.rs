@@ -2,8 +2,8 @@
 //! exhaustion, realloc, error values, metadata cost.
 
 use fireopal_core::buddy::{
-    AllocError, BuddyAllocator, CacheLimits, FreeBlock, FreeError, NewError, Realloc, ReallocError,
-    Stats,
+    AllocError, BuddyAllocator, CacheLimits, CacheLimitsError, FreeBlock, FreeError, NewError,
+    Realloc, ReallocError, Stats,
 };
 
 const KIB: u64 = 1 << 10;
@@ -465,11 +465,14 @@ fn same_calls_give_same_offsets_on_every_instance() {
 
 /// Metadata formula of the module documentation, for a heap of `n` minimum
 /// blocks with `groups` small-block groups created: about 2.15 bytes per
-/// chunk plus 1 KiB per group.
+/// chunk plus 1 KiB per group, plus the free-cache stacks (16 offsets of
+/// 8 bytes per order).
 fn formula(n: u64, groups: u64) -> f64 {
     let chunks = n.div_ceil(64) as f64;
+    let orders = f64::from(u64::BITS - n.leading_zeros());
     chunks * (1.0 + 2.0 / 8.0 + 6.0 / 8.0 + 8.0 / 64.0) * (1.0 + 1.0 / 63.0)
         + 1024.0 * groups as f64
+        + 128.0 * orders
 }
 
 #[test]
@@ -643,13 +646,15 @@ fn exhaustion_flushes_the_caches_before_failing() {
 }
 
 #[test]
-fn cache_bounds_flush_an_order_and_the_largest_orders() {
+fn cache_bounds_flush_an_order_or_everything() {
     let mut heap = BuddyAllocator::new(MIB).expect("heap");
     assert_eq!(heap.cache_limits(), CacheLimits::for_heap(MIB));
-    heap.set_cache_limits(CacheLimits {
+    let limits = CacheLimits {
         blocks_per_order: 2,
-        max_bytes: 40 * KIB,
-    });
+        max_bytes: 24 * KIB,
+    };
+    assert_eq!(heap.set_cache_limits(limits), Ok(()));
+    assert_eq!(heap.cache_limits(), limits);
     let small: Vec<u64> = (0..3).map(|_| heap.alloc(64, 1).expect("fits")).collect();
     let big: Vec<u64> = (0..3)
         .map(|_| heap.alloc(16 * KIB, 1).expect("fits"))
@@ -663,22 +668,33 @@ fn cache_bounds_flush_an_order_and_the_largest_orders() {
     heap.free(small[2]).expect("live");
     assert_eq!(listed(&heap), [small[2]]);
     heap.free(big[0]).expect("live");
+    assert_eq!(heap.stats().cached_bytes, 16 * KIB + 64);
+    // 16 KiB more would pass 24 KiB: everything is merged first.
     heap.free(big[1]).expect("live");
-    assert_eq!(heap.stats().cached_bytes, 32 * KIB + 64);
-    // 16 KiB more would pass 40 KiB: the largest order goes first.
-    heap.free(big[2]).expect("live");
-    assert_eq!(listed(&heap), [small[2], big[2]]);
+    assert_eq!(listed(&heap), [big[1]]);
     // Above the byte bound: merged at once, nothing else flushed.
     heap.free(huge).expect("live");
-    assert_eq!(listed(&heap), [small[2], big[2]]);
+    assert_eq!(listed(&heap), [big[1]]);
+    heap.free(big[2]).expect("live");
+    assert_eq!(listed(&heap), [big[2]]);
     consistent(&heap);
     assert_eq!(flushed(&mut heap), [(0, MIB)]);
+    // Refused limits leave the old ones.
+    let too_deep = CacheLimits {
+        blocks_per_order: CacheLimits::MAX_BLOCKS_PER_ORDER + 1,
+        max_bytes: MIB,
+    };
+    assert_eq!(
+        heap.set_cache_limits(too_deep),
+        Err(CacheLimitsError::TooManyBlocks)
+    );
+    assert_eq!(heap.cache_limits(), limits);
 }
 
 #[test]
 fn caches_off_merge_every_free_at_once() {
     let mut heap = BuddyAllocator::new(MIB + 4 * KIB).expect("heap");
-    heap.set_cache_limits(CacheLimits::OFF);
+    assert_eq!(heap.set_cache_limits(CacheLimits::OFF), Ok(()));
     let initial = blocks(&heap);
     let mut rng = XorShift(7);
     let live: Vec<u64> = (0..100)

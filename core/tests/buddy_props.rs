@@ -4,8 +4,8 @@
 //! order, a map of live blocks) with the same documented policy: smallest
 //! fitting order first, lowest offset within an order, eager merging; in
 //! front of it, the same free caches (a LIFO stack of freed blocks per
-//! order, flushed when a stack is full, when the byte bound would be passed,
-//! largest orders first, and when a request finds no free block). Every
+//! order; one stack is flushed when it is full, all of them when the byte
+//! bound would be passed and when a request finds no free block). Every
 //! call must give the same answer from both, and the heap-level properties
 //! (live, cached and free blocks tile the heap without overlap, aligned,
 //! full coalescing once the caches are flushed, determinism) are checked on
@@ -174,11 +174,8 @@ impl Model {
         if self.cache[order].len() >= self.depth {
             self.flush_order(order);
         }
-        for j in (0..self.cache.len()).rev() {
-            if self.cached_units() + (1 << k) <= self.max_units {
-                break;
-            }
-            self.flush_order(j);
+        if self.cached_units() + (1 << k) > self.max_units {
+            self.flush();
         }
         self.cache[order].push(s);
     }
@@ -434,7 +431,7 @@ fn run(
 ) -> Result<(Vec<Outcome>, Vec<FreeBlock>, Vec<FreeBlock>), TestCaseError> {
     let mut heap = BuddyAllocator::with_min_block(heap_size, min_block).expect("heap");
     let limits = limits.for_heap(heap.managed_bytes());
-    heap.set_cache_limits(limits);
+    prop_assert_eq!(heap.set_cache_limits(limits), Ok(()));
     let mut model = Model::new(heap_size, min_block, limits);
     let initial = model.free_blocks();
     let initial_stats = model.stats();

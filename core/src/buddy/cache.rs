@@ -8,14 +8,14 @@
 //! only.
 //!
 //! The stacks are bounded per order ([`CacheLimits::blocks_per_order`]) and
-//! in bytes over all orders ([`CacheLimits::max_bytes`]). Deciding when to
-//! flush is the allocator's job; this module only keeps the stacks and
-//! their totals.
+//! in bytes over all orders ([`CacheLimits::max_bytes`]); they take one
+//! array of `orders × blocks_per_order` offsets, allocated when the limits
+//! are set. Deciding when to flush is the allocator's job; this module only
+//! keeps the stacks and their total.
 
 use alloc::vec::Vec;
+use core::fmt;
 use core::mem::size_of;
-
-use super::NewError;
 
 /// Bounds of the free caches of a
 /// [`BuddyAllocator`](super::BuddyAllocator).
@@ -35,6 +35,8 @@ pub struct CacheLimits {
 impl CacheLimits {
     /// Blocks per order kept by default.
     pub const DEFAULT_BLOCKS_PER_ORDER: u32 = 16;
+    /// Largest `blocks_per_order` accepted.
+    pub const MAX_BLOCKS_PER_ORDER: u32 = 1 << 12;
     /// Default byte bound, as a fraction of the managed heap: 1/16.
     pub const DEFAULT_HEAP_SHIFT: u32 = 4;
 
@@ -54,60 +56,64 @@ impl CacheLimits {
     };
 }
 
-/// The stacks, one per order in minimum blocks, and their totals.
+/// The stacks, one per order in minimum blocks, in one array, and their
+/// total size.
 pub(super) struct FreeCache {
-    /// Per order: offsets of cached blocks, oldest first.
-    stacks: Vec<Vec<u64>>,
+    /// Stack of order `k` in `slots[k * depth..][..len[k]]`, oldest first.
+    slots: Vec<u64>,
+    /// Blocks in each order's stack.
+    len: [u32; 64],
+    /// Orders with a stack.
+    orders: usize,
     /// Stack bound per order.
     depth: usize,
     /// Byte bound, in minimum blocks.
     max_units: u64,
     /// Minimum blocks in cached blocks.
     units: u64,
-    /// Cached blocks.
-    blocks: u64,
 }
 
 impl FreeCache {
-    /// Empty stacks for orders `0..orders`, bounded by `limits` for a heap
-    /// whose minimum block is `1 << unit_shift` bytes.
-    pub(super) fn new(
-        orders: usize,
-        limits: CacheLimits,
-        unit_shift: u32,
-    ) -> Result<Self, NewError> {
-        let mut stacks = Vec::new();
-        stacks
-            .try_reserve_exact(orders)
-            .map_err(|_| NewError::OutOfMetadata)?;
-        stacks.resize_with(orders, Vec::new);
-        let mut cache = Self {
-            stacks,
+    /// Empty stacks for orders `0..orders` (at most 64), with no room yet.
+    pub(super) fn new(orders: usize) -> Self {
+        Self {
+            slots: Vec::new(),
+            len: [0; 64],
+            orders: orders.min(64),
             depth: 0,
             max_units: 0,
             units: 0,
-            blocks: 0,
-        };
-        cache.set_limits(limits, unit_shift);
-        Ok(cache)
+        }
     }
 
-    /// Sets new bounds; the stacks must be empty.
-    pub(super) fn set_limits(&mut self, limits: CacheLimits, unit_shift: u32) {
-        debug_assert_eq!(self.blocks, 0);
-        self.depth = limits.blocks_per_order as usize;
-        self.max_units = limits.max_bytes >> unit_shift;
-        for stack in &mut self.stacks {
-            // Capacity is taken again on first use, up to the new depth.
-            stack.shrink_to(self.depth);
+    /// Sets new bounds for a heap whose minimum block is `1 << unit_shift`
+    /// bytes; the stacks must be empty. On error nothing changed.
+    pub(super) fn set_limits(
+        &mut self,
+        limits: CacheLimits,
+        unit_shift: u32,
+    ) -> Result<(), CacheLimitsError> {
+        debug_assert_eq!(self.units, 0);
+        if limits.blocks_per_order > CacheLimits::MAX_BLOCKS_PER_ORDER {
+            return Err(CacheLimitsError::TooManyBlocks);
         }
+        let depth = limits.blocks_per_order as usize;
+        let mut slots = Vec::new();
+        slots
+            .try_reserve_exact(depth * self.orders)
+            .map_err(|_| CacheLimitsError::OutOfMetadata)?;
+        slots.resize(depth * self.orders, 0);
+        self.slots = slots;
+        self.depth = depth;
+        self.max_units = limits.max_bytes >> unit_shift;
+        Ok(())
     }
 
     /// The bounds in force, for a heap whose minimum block is
     /// `1 << unit_shift` bytes (the byte bound rounded down to it).
     pub(super) fn limits(&self, unit_shift: u32) -> CacheLimits {
         CacheLimits {
-            blocks_per_order: u32::try_from(self.depth).unwrap_or(u32::MAX),
+            blocks_per_order: self.depth as u32,
             max_bytes: self.max_units << unit_shift,
         }
     }
@@ -115,91 +121,82 @@ impl FreeCache {
     /// Takes the newest cached block of `order`.
     #[inline(always)]
     pub(super) fn pop(&mut self, order: u32) -> Option<u64> {
-        let offset = self.stacks.get_mut(order as usize)?.pop()?;
-        self.units -= 1 << order;
-        self.blocks -= 1;
+        let k = order as usize & 63;
+        let n = self.len[k].checked_sub(1)?;
+        let offset = *self.slots.get(k * self.depth + n as usize)?;
+        self.len[k] = n;
+        self.units -= 1 << k;
         Some(offset)
     }
 
     /// Whether the block of `order` at `offset` is cached.
     #[inline(always)]
     pub(super) fn holds(&self, order: u32, offset: u64) -> bool {
-        self.stacks
-            .get(order as usize)
-            .is_some_and(|stack| stack.contains(&offset))
+        let k = order as usize & 63;
+        self.len[k] != 0 && self.stack(order).contains(&offset)
+    }
+
+    /// Caches the block of `order` at `offset` if its stack and the byte
+    /// bound have room; false otherwise.
+    #[inline(always)]
+    pub(super) fn try_push(&mut self, order: u32, offset: u64) -> bool {
+        let k = order as usize & 63;
+        let n = self.len[k];
+        let units = self.units + (1 << k);
+        if n as usize >= self.depth || units > self.max_units {
+            return false;
+        }
+        let Some(slot) = self.slots.get_mut(k * self.depth + n as usize) else {
+            return false;
+        };
+        *slot = offset;
+        self.len[k] = n + 1;
+        self.units = units;
+        true
     }
 
     /// Whether a block of `order` can be cached at all under the limits.
-    #[inline(always)]
     pub(super) fn admits(&self, order: u32) -> bool {
-        self.depth != 0 && (order as usize) < self.stacks.len() && 1u64 << order <= self.max_units
+        self.depth != 0 && (order as usize) < self.orders && 1u64 << order <= self.max_units
     }
 
     /// Whether the stack of `order` is at its bound.
-    #[inline(always)]
     pub(super) fn is_full(&self, order: u32) -> bool {
-        self.stacks
-            .get(order as usize)
-            .is_none_or(|stack| stack.len() >= self.depth)
+        self.len[order as usize & 63] as usize >= self.depth
     }
 
     /// Whether `units` more minimum blocks stay within the byte bound.
-    #[inline(always)]
     pub(super) fn fits(&self, units: u64) -> bool {
         self.units + units <= self.max_units
     }
 
-    /// Caches the block of `order` at `offset`; false when the stack is
-    /// full or cannot get room (the caller then merges the block).
-    #[inline(always)]
-    pub(super) fn push(&mut self, order: u32, offset: u64) -> bool {
-        let Some(stack) = self.stacks.get_mut(order as usize) else {
-            return false;
-        };
-        if stack.len() >= self.depth {
-            return false;
-        }
-        if stack.len() == stack.capacity()
-            && stack.try_reserve_exact(self.depth - stack.len()).is_err()
-        {
-            return false;
-        }
-        stack.push(offset);
-        self.units += 1 << order;
-        self.blocks += 1;
-        true
+    /// Empties the stack of `order` and returns how many blocks it held;
+    /// they stay readable in [`stack_slots`](Self::stack_slots) until the
+    /// next push of that order.
+    pub(super) fn clear(&mut self, order: u32) -> usize {
+        let k = order as usize & 63;
+        let n = core::mem::take(&mut self.len[k]);
+        self.units -= u64::from(n) << k;
+        n as usize
     }
 
-    /// Empties the stack of `order` and hands it out (oldest first); give
-    /// it back with [`restore`](Self::restore) to keep its capacity.
-    pub(super) fn take(&mut self, order: u32) -> Vec<u64> {
-        let Some(stack) = self.stacks.get_mut(order as usize) else {
-            return Vec::new();
-        };
-        let stack = core::mem::take(stack);
-        self.units -= (stack.len() as u64) << order;
-        self.blocks -= stack.len() as u64;
-        stack
-    }
-
-    /// Puts back the storage of a stack emptied by [`take`](Self::take).
-    pub(super) fn restore(&mut self, order: u32, mut stack: Vec<u64>) {
-        stack.clear();
-        if let Some(slot) = self.stacks.get_mut(order as usize) {
-            if slot.capacity() == 0 {
-                *slot = stack;
-            }
-        }
+    /// The first `n` slots of the stack of `order` (see
+    /// [`clear`](Self::clear)).
+    #[inline]
+    pub(super) fn stack_slots(&self, order: u32, n: usize) -> &[u64] {
+        let start = (order as usize & 63) * self.depth;
+        self.slots.get(start..start + n).unwrap_or(&[])
     }
 
     /// Number of orders with a stack.
     pub(super) fn orders(&self) -> usize {
-        self.stacks.len()
+        self.orders
     }
 
     /// The cached blocks of `order`, oldest first.
+    #[inline]
     pub(super) fn stack(&self, order: u32) -> &[u64] {
-        self.stacks.get(order as usize).map_or(&[], Vec::as_slice)
+        self.stack_slots(order, self.len[order as usize & 63] as usize)
     }
 
     /// Minimum blocks held in cached blocks.
@@ -209,30 +206,44 @@ impl FreeCache {
 
     /// Number of cached blocks.
     pub(super) fn blocks(&self) -> u64 {
-        self.blocks
+        self.len.iter().map(|&n| u64::from(n)).sum()
     }
 
-    /// Whether the totals match the stacks and the stacks their bounds.
+    /// Whether the total matches the stacks and the stacks their bounds.
     pub(super) fn is_consistent(&self) -> bool {
         let mut units = 0u64;
-        let mut blocks = 0u64;
-        for (k, stack) in self.stacks.iter().enumerate() {
-            if stack.len() > self.depth {
+        for (k, &n) in self.len.iter().enumerate() {
+            if n as usize > self.depth || (k >= self.orders && n != 0) {
                 return false;
             }
-            blocks += stack.len() as u64;
-            units += (stack.len() as u64) << k;
+            units += u64::from(n) << k;
         }
-        units == self.units && blocks == self.blocks && units <= self.max_units
+        units == self.units && units <= self.max_units
     }
 
     /// Heap bytes held by the stacks.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.stacks.capacity() * size_of::<Vec<u64>>()
-            + self
-                .stacks
-                .iter()
-                .map(|s| s.capacity() * size_of::<u64>())
-                .sum::<usize>()
+        self.slots.capacity() * size_of::<u64>()
     }
 }
+
+/// Why [`BuddyAllocator::set_cache_limits`](super::BuddyAllocator::set_cache_limits)
+/// refused new limits. The caches are flushed but the old limits stay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheLimitsError {
+    /// More blocks per order than the allocator accepts (4096).
+    TooManyBlocks,
+    /// The stacks could not be allocated.
+    OutOfMetadata,
+}
+
+impl fmt::Display for CacheLimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooManyBlocks => f.write_str("more than 4096 cached blocks per order"),
+            Self::OutOfMetadata => f.write_str("cannot allocate the free cache stacks"),
+        }
+    }
+}
+
+impl core::error::Error for CacheLimitsError {}

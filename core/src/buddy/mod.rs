@@ -34,8 +34,8 @@
 //! - when a stack is full ([`CacheLimits::blocks_per_order`], 16 by
 //!   default): that stack, before the new block goes on it;
 //! - when the byte bound ([`CacheLimits::max_bytes`], 1/16 of the heap by
-//!   default) would be passed: whole stacks from the largest order down,
-//!   until the new block fits; a block above the bound merges at once;
+//!   default) would be passed: all stacks, before the new block goes on its
+//!   stack (a block above the bound merges at once instead);
 //! - on [`BuddyAllocator::flush`] and [`BuddyAllocator::set_cache_limits`].
 //!
 //! The merged result does not depend on the order of the merges, so a flush
@@ -95,7 +95,8 @@
 //! + 6C / 8      small-order chunk bitmaps
 //! + 8C / 64     group directory
 //! (+ 1/63 on the bitmaps for summary words, + a few hundred bytes)
-//! ≈ 2.15 C bytes, + 1024 G bytes for the small-block words.
+//! ≈ 2.15 C bytes, + 1024 G bytes for the small-block words
+//! + 128 B per order (log2 n + 1 orders) for the free-cache stacks.
 //! ```
 //!
 //! With 64 B minimum blocks, a chunk is 4 KiB: the fixed part is 0.053 % of
@@ -103,8 +104,8 @@
 //! 0.39 % where small blocks are used: 0.44 % (73 MiB for 16 GiB) in the
 //! worst case, with small blocks in every 256 KiB of the heap. A larger
 //! minimum block divides all of it in proportion. The free caches add
-//! 8 bytes per cached block (at most `blocks_per_order` per order, taken on
-//! first use) and one empty stack per order: a few KiB at most.
+//! `8 × blocks_per_order` bytes per order (128 B with the default 16; 3.7 KiB
+//! for 16 GiB).
 //!
 //! # Example
 //!
@@ -135,7 +136,7 @@ mod cache;
 mod chunk;
 mod error;
 
-pub use cache::CacheLimits;
+pub use cache::{CacheLimits, CacheLimitsError};
 pub use error::{AllocError, FreeError, Inconsistency, NewError, ReallocError};
 
 use alloc::boxed::Box;
@@ -360,11 +361,10 @@ impl BuddyAllocator {
         let small_free = [small()?, small()?, small()?, small()?, small()?, small()?];
 
         let unit_orders = (u64::BITS - units.leading_zeros()) as usize;
-        let cache = FreeCache::new(
-            unit_orders,
-            CacheLimits::for_heap(units << unit_shift),
-            unit_shift,
-        )?;
+        let mut cache = FreeCache::new(unit_orders);
+        cache
+            .set_limits(CacheLimits::for_heap(units << unit_shift), unit_shift)
+            .map_err(|_| NewError::OutOfMetadata)?;
 
         let mut groups = Vec::new();
         let group_slots = chunks.div_ceil(GROUP_CHUNKS);
@@ -419,12 +419,14 @@ impl BuddyAllocator {
     }
 
     /// Smallest block, in bytes.
+    #[inline]
     pub fn min_block(&self) -> u64 {
         1 << self.unit_shift
     }
 
     /// Bytes under management: the heap size rounded down to the minimum
     /// block.
+    #[inline]
     pub fn managed_bytes(&self) -> u64 {
         self.units << self.unit_shift
     }
@@ -456,13 +458,14 @@ impl BuddyAllocator {
     ///
     /// The block goes onto the free cache of its order without merging;
     /// when that stack is full its blocks are merged first, and when the
-    /// byte bound would be passed the stacks of the largest orders are
-    /// merged until it is not (a block above the byte bound merges at
-    /// once). See [`flush`](Self::flush).
+    /// byte bound would be passed all cached blocks are (a block above the
+    /// byte bound merges at once). See [`flush`](Self::flush).
     #[inline]
     pub fn free(&mut self, offset: u64) -> Result<u64, FreeError> {
-        let block = self.locate_live(offset)?;
-        Ok(self.retire(block, offset))
+        match self.free_to_cache(offset) {
+            Some(bytes) => Ok(bytes),
+            None => self.free_slow(offset),
+        }
     }
 
     /// Merges every cached block back into the free blocks.
@@ -486,9 +489,9 @@ impl BuddyAllocator {
     /// Flushes the caches, then sets new bounds for them
     /// ([`CacheLimits::OFF`] turns them off). The defaults are
     /// [`CacheLimits::for_heap`] of the managed size.
-    pub fn set_cache_limits(&mut self, limits: CacheLimits) {
+    pub fn set_cache_limits(&mut self, limits: CacheLimits) -> Result<(), CacheLimitsError> {
         self.flush();
-        self.cache.set_limits(limits, self.unit_shift);
+        self.cache.set_limits(limits, self.unit_shift)
     }
 
     /// Size in bytes of the live block at `offset`, or `None` when no live
@@ -767,15 +770,12 @@ impl BuddyAllocator {
         if !align.is_power_of_two() {
             return Err(AllocError::InvalidAlignment);
         }
-        let units = ((size - 1) >> self.unit_shift) + 1;
-        let size_order = if units <= 1 {
-            0
-        } else {
-            64 - (units - 1).leading_zeros()
-        };
-        let align_order = align.trailing_zeros().saturating_sub(self.unit_shift);
-        let order = size_order.max(align_order);
-        if order >= 64 || 1u64 << order > self.units {
+        // A block is a power of two at least the size, the alignment (it
+        // is aligned to its size) and the minimum block.
+        let need = size.max(align).max(self.min_block());
+        let bytes_order = u64::BITS - (need - 1).leading_zeros();
+        let order = bytes_order.wrapping_sub(self.unit_shift);
+        if bytes_order >= u64::BITS || 1u64 << order > self.units {
             return Err(AllocError::OutOfMemory);
         }
         Ok(order)
@@ -901,6 +901,45 @@ impl BuddyAllocator {
 
     // ---- the free caches ----
 
+    /// The common case of [`free`](Self::free), kept small: a live block
+    /// whose stack and the byte bound have room goes onto the stack. `None`
+    /// for everything else (errors, flushes, merging), which
+    /// [`free_slow`](Self::free_slow) sorts out from the start.
+    #[inline(always)]
+    fn free_to_cache(&mut self, offset: u64) -> Option<u64> {
+        let unit = offset >> self.unit_shift;
+        if unit << self.unit_shift != offset || unit >= self.units {
+            return None;
+        }
+        // Below `units`, so the chunk index fits the head table.
+        let chunk = (unit >> CHUNK_ORDER) as usize;
+        let first = (unit & (CHUNK_UNITS - 1)) as u32;
+        let h = *self.head.get(chunk)?;
+        let order = if h == SMALL {
+            let bits = *self.small_bits(chunk)?;
+            if bits.starts >> first & 1 == 0 {
+                return None;
+            }
+            block_len(bits, first).trailing_zeros()
+        } else if h & TAG == LIVE && first == 0 {
+            u32::from(h & PAYLOAD) + CHUNK_ORDER
+        } else {
+            return None;
+        };
+        if self.cache.holds(order, offset) || !self.cache.try_push(order, offset) {
+            return None;
+        }
+        Some(1 << order << self.unit_shift)
+    }
+
+    /// [`free`](Self::free) when the block does not simply go onto its
+    /// stack.
+    #[inline(never)]
+    fn free_slow(&mut self, offset: u64) -> Result<u64, FreeError> {
+        let block = self.locate_live(offset)?;
+        Ok(self.retire(block, offset))
+    }
+
     /// Allocates a block of `order` from the tables; when none is free,
     /// flushes the caches and tries once more.
     fn alloc_uncached(&mut self, order: u32) -> Result<u64, AllocError> {
@@ -919,43 +958,46 @@ impl BuddyAllocator {
     #[inline]
     fn retire(&mut self, block: Block, offset: u64) -> u64 {
         let order = block.unit_order();
+        if self.cache.try_push(order, offset) {
+            return 1 << order << self.unit_shift;
+        }
+        self.retire_slow(block, offset)
+    }
+
+    /// [`retire`](Self::retire) when the block does not fit the cache as it
+    /// is: flush what the limits ask for, then cache or merge it.
+    #[cold]
+    fn retire_slow(&mut self, block: Block, offset: u64) -> u64 {
+        let order = block.unit_order();
         if self.cache.admits(order) {
             if self.cache.is_full(order) {
                 self.flush_order(order);
             }
+            // Everything, not just what the block needs: that would flush
+            // again at the next miss of another order.
             if !self.cache.fits(1 << order) {
-                self.make_cache_room(1 << order);
+                self.flush();
             }
-            if self.cache.push(order, offset) {
+            if self.cache.try_push(order, offset) {
                 return 1 << order << self.unit_shift;
             }
         }
         self.release(block)
     }
 
-    /// Flushes whole stacks from the largest order down until `units` more
-    /// fit the byte bound.
-    #[cold]
-    fn make_cache_room(&mut self, units: u64) {
-        for order in (0..self.cache.orders() as u32).rev() {
-            if self.cache.fits(units) {
-                return;
-            }
-            self.flush_order(order);
-        }
-    }
-
     /// Merges the cached blocks of `order` back, oldest first.
     fn flush_order(&mut self, order: u32) {
-        let stack = self.cache.take(order);
-        for &offset in &stack {
+        let n = self.cache.clear(order);
+        for i in 0..n {
+            let Some(&offset) = self.cache.stack_slots(order, n).get(i) else {
+                break;
+            };
             // Cached blocks are live in the tables (checked by
             // `check_consistency`), so this always finds one.
             if let Ok(block) = self.locate(offset) {
                 self.release(block);
             }
         }
-        self.cache.restore(order, stack);
     }
 
     /// Units of the largest block that some cached block would end up in
@@ -1317,6 +1359,7 @@ impl BuddyAllocator {
 
     // ---- small blocks (below a chunk) ----
 
+    #[inline]
     fn small_bits(&self, chunk: usize) -> Option<&ChunkBits> {
         group_bits(&self.groups, chunk)
     }
