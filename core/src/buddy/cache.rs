@@ -247,3 +247,62 @@ impl fmt::Display for CacheLimitsError {
 }
 
 impl core::error::Error for CacheLimitsError {}
+
+/// No block: offsets are below the managed size, so never `u64::MAX`.
+const NO_BLOCK: u64 = u64::MAX;
+
+/// The block handed out last, with its order, so that `free` of it skips
+/// the tables.
+///
+/// Most blocks of a symmetric heap that are freed soon are freed right
+/// after they were handed out (temporary buffers), and for them this turns
+/// `free` into a compare and a push. It also takes the lookup of the order
+/// off the chain from `alloc` to `free` to the next `alloc`: the order is
+/// known before the offset is. The entry is always right: it is written
+/// when a block is handed out and removed when that block is freed or
+/// resized, so a hit is a live block the caller has not freed.
+pub(super) struct LastBlock {
+    offset: u64,
+    order: u32,
+}
+
+impl LastBlock {
+    /// No block.
+    pub(super) fn new() -> Self {
+        Self {
+            offset: NO_BLOCK,
+            order: 0,
+        }
+    }
+
+    /// Records that the block of `order` at `offset` was handed out.
+    #[inline(always)]
+    pub(super) fn remember(&mut self, offset: u64, order: u32) {
+        self.offset = offset;
+        self.order = order;
+    }
+
+    /// The order of the block at `offset` if it is the one recorded; the
+    /// record is cleared.
+    #[inline(always)]
+    pub(super) fn take(&mut self, offset: u64) -> Option<u32> {
+        if self.offset != offset {
+            return None;
+        }
+        self.offset = NO_BLOCK;
+        Some(self.order)
+    }
+
+    /// Clears the record if it is the block at `offset`.
+    #[inline]
+    pub(super) fn forget(&mut self, offset: u64) {
+        if self.offset == offset {
+            self.offset = NO_BLOCK;
+        }
+    }
+
+    /// The recorded block, as (offset, order).
+    pub(super) fn get(&self) -> Option<(u64, u32)> {
+        (self.offset != NO_BLOCK).then_some((self.offset, self.order))
+    }
+}

@@ -146,7 +146,7 @@ use core::fmt;
 use core::mem::size_of;
 
 use bitmap::SummaryBitmap;
-use cache::FreeCache;
+use cache::{FreeCache, LastBlock};
 use chunk::{avail, block_len, exact_free, exact_free_of, run_mask, ChunkBits};
 use chunk::{CHUNK_ORDER, SMALL_ORDERS};
 
@@ -303,6 +303,8 @@ pub struct BuddyAllocator {
     live_blocks: u64,
     /// Freed blocks not merged yet (see [`FreeCache`]).
     cache: FreeCache,
+    /// The block handed out last, for `free`.
+    last: LastBlock,
 }
 
 impl fmt::Debug for BuddyAllocator {
@@ -389,6 +391,7 @@ impl BuddyAllocator {
             free_units: units,
             live_blocks: 0,
             cache,
+            last: LastBlock::new(),
         };
         // Largest roots first, so each is aligned to its size.
         let mut c = 0usize;
@@ -448,10 +451,12 @@ impl BuddyAllocator {
     #[inline]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
         let order = self.order_for(size, align)?;
-        if let Some(offset) = self.cache.pop(order) {
-            return Ok(offset);
-        }
-        self.alloc_uncached(order)
+        let offset = match self.cache.pop(order) {
+            Some(offset) => offset,
+            None => self.alloc_uncached(order)?,
+        };
+        self.last.remember(offset, order);
+        Ok(offset)
     }
 
     /// Frees the live block at `offset` and returns its size in bytes.
@@ -462,10 +467,14 @@ impl BuddyAllocator {
     /// byte bound merges at once). See [`flush`](Self::flush).
     #[inline]
     pub fn free(&mut self, offset: u64) -> Result<u64, FreeError> {
-        match self.free_to_cache(offset) {
-            Some(bytes) => Ok(bytes),
-            None => self.free_slow(offset),
+        if let Some(order) = self.last.take(offset) {
+            if self.cache.try_push(order, offset) {
+                return Ok(1 << order << self.unit_shift);
+            }
+        } else if let Some(bytes) = self.free_to_cache(offset) {
+            return Ok(bytes);
         }
+        self.free_slow(offset)
     }
 
     /// Merges every cached block back into the free blocks.
@@ -525,6 +534,8 @@ impl BuddyAllocator {
         }
         let block = self.locate_live(offset).map_err(ReallocError::Offset)?;
         let order = order?;
+        // Its order changes or it is freed; entered again below.
+        self.last.forget(offset);
         if offset & (align - 1) == 0 {
             let in_place = if order <= block.unit_order() {
                 self.shrink(block, order)?;
@@ -533,6 +544,7 @@ impl BuddyAllocator {
                 self.grow(block, order)
             };
             if in_place {
+                self.last.remember(offset, order);
                 return Ok(Realloc::InPlace {
                     offset,
                     block_size: 1 << order << self.unit_shift,
@@ -543,6 +555,7 @@ impl BuddyAllocator {
             Some(new) => new,
             None => self.alloc_uncached(order)?,
         };
+        self.last.remember(new, order);
         let old_size = self.retire(block, offset);
         Ok(Realloc::Moved {
             old: offset,
@@ -756,6 +769,15 @@ impl BuddyAllocator {
                 }
             }
         }
+        if let Some((offset, order)) = self.last.get() {
+            let chunk = usize::try_from(offset >> self.unit_shift >> CHUNK_ORDER).ok();
+            let live = self
+                .locate_live(offset)
+                .is_ok_and(|b| b.unit_order() == order);
+            if !live {
+                return bad("last block not live or of another order", chunk);
+            }
+        }
         Ok(())
     }
 
@@ -936,6 +958,7 @@ impl BuddyAllocator {
     /// stack.
     #[inline(never)]
     fn free_slow(&mut self, offset: u64) -> Result<u64, FreeError> {
+        self.last.forget(offset);
         let block = self.locate_live(offset)?;
         Ok(self.retire(block, offset))
     }
