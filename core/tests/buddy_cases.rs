@@ -727,3 +727,32 @@ fn stats_count_cached_blocks_as_merged() {
     assert_eq!(heap.stats().largest_free_block, MIB);
     assert_eq!(flushed(&mut heap), [(0, MIB)]);
 }
+
+#[test]
+fn free_after_realloc_uses_the_new_size() {
+    let mut heap = BuddyAllocator::new(MIB).expect("heap");
+    // In place: the block handed out last changes size before its free.
+    let a = heap.alloc(64, 1).expect("fits");
+    assert!(matches!(
+        heap.realloc(a, 1000, 1),
+        Ok(Realloc::InPlace {
+            block_size: 1024,
+            ..
+        })
+    ));
+    assert_eq!(heap.free(a), Ok(1024));
+    assert_eq!(heap.free(a), Err(FreeError::DoubleFree));
+    // Moved: the old offset is free, the new one is the live block.
+    let b = heap.alloc(64, 1).expect("fits");
+    let c = heap.alloc(64, 1).expect("fits");
+    let moved = heap.realloc(b, 4096, 1).expect("room");
+    let Realloc::Moved { old, new, .. } = moved else {
+        panic!("expected a move, got {moved:?}");
+    };
+    assert_eq!(old, b);
+    assert_eq!(heap.free(b), Err(FreeError::DoubleFree));
+    assert_eq!(heap.free(new), Ok(4096));
+    assert_eq!(heap.free(c), Ok(64));
+    consistent(&heap);
+    assert_eq!(flushed(&mut heap), [(0, MIB)]);
+}

@@ -420,6 +420,9 @@ fn tiles_the_heap(heap: &BuddyAllocator, live: &BTreeMap<u64, u64>) -> Result<()
     Ok(())
 }
 
+/// What a run leaves: every outcome, then the cached and the free blocks.
+type RunEnd = (Vec<Outcome>, Vec<FreeBlock>, Vec<FreeBlock>);
+
 /// Runs `ops` on a fresh allocator, checking against the model and the heap
 /// properties after each call; returns every outcome, then the cached and
 /// free blocks at the end.
@@ -428,7 +431,7 @@ fn run(
     min_block: u64,
     limits: Limits,
     ops: &[Op],
-) -> Result<(Vec<Outcome>, Vec<FreeBlock>, Vec<FreeBlock>), TestCaseError> {
+) -> Result<RunEnd, TestCaseError> {
     let mut heap = BuddyAllocator::with_min_block(heap_size, min_block).expect("heap");
     let limits = limits.for_heap(heap.managed_bytes());
     prop_assert_eq!(heap.set_cache_limits(limits), Ok(()));

@@ -9,8 +9,8 @@
 //!
 //! The stacks are bounded per order ([`CacheLimits::blocks_per_order`]) and
 //! in bytes over all orders ([`CacheLimits::max_bytes`]); they take one
-//! array of `orders × blocks_per_order` offsets, allocated when the limits
-//! are set. Deciding when to flush is the allocator's job; this module only
+//! array of `orders × blocks_per_order` offsets (rounded up to a power of
+//! two per order), allocated when the limits are set. Deciding when to flush is the allocator's job; this module only
 //! keeps the stacks and their total.
 
 use alloc::vec::Vec;
@@ -59,8 +59,11 @@ impl CacheLimits {
 /// The stacks, one per order in minimum blocks, in one array, and their
 /// total size.
 pub(super) struct FreeCache {
-    /// Stack of order `k` in `slots[k * depth..][..len[k]]`, oldest first.
+    /// Stack of order `k` in `slots[k << stride_shift..][..len[k]]`, oldest
+    /// first.
     slots: Vec<u64>,
+    /// log2 of the slots per order: `depth` rounded up to a power of two.
+    stride_shift: u32,
     /// Blocks in each order's stack.
     len: [u32; 64],
     /// Orders with a stack.
@@ -80,6 +83,7 @@ impl FreeCache {
             slots: Vec::new(),
             len: [0; 64],
             orders: orders.min(64),
+            stride_shift: 0,
             depth: 0,
             max_units: 0,
             units: 0,
@@ -98,12 +102,15 @@ impl FreeCache {
             return Err(CacheLimitsError::TooManyBlocks);
         }
         let depth = limits.blocks_per_order as usize;
+        let stride_shift = depth.next_power_of_two().trailing_zeros();
+        let len = self.orders << stride_shift;
         let mut slots = Vec::new();
         slots
-            .try_reserve_exact(depth * self.orders)
+            .try_reserve_exact(len)
             .map_err(|_| CacheLimitsError::OutOfMetadata)?;
-        slots.resize(depth * self.orders, 0);
+        slots.resize(len, 0);
         self.slots = slots;
+        self.stride_shift = stride_shift;
         self.depth = depth;
         self.max_units = limits.max_bytes >> unit_shift;
         Ok(())
@@ -123,7 +130,7 @@ impl FreeCache {
     pub(super) fn pop(&mut self, order: u32) -> Option<u64> {
         let k = order as usize & 63;
         let n = self.len[k].checked_sub(1)?;
-        let offset = *self.slots.get(k * self.depth + n as usize)?;
+        let offset = *self.slots.get((k << self.stride_shift) + n as usize)?;
         self.len[k] = n;
         self.units -= 1 << k;
         Some(offset)
@@ -146,7 +153,7 @@ impl FreeCache {
         if n as usize >= self.depth || units > self.max_units {
             return false;
         }
-        let Some(slot) = self.slots.get_mut(k * self.depth + n as usize) else {
+        let Some(slot) = self.slots.get_mut((k << self.stride_shift) + n as usize) else {
             return false;
         };
         *slot = offset;
@@ -184,7 +191,7 @@ impl FreeCache {
     /// [`clear`](Self::clear)).
     #[inline]
     pub(super) fn stack_slots(&self, order: u32, n: usize) -> &[u64] {
-        let start = (order as usize & 63) * self.depth;
+        let start = (order as usize & 63) << self.stride_shift;
         self.slots.get(start..start + n).unwrap_or(&[])
     }
 

@@ -471,10 +471,9 @@ impl BuddyAllocator {
             if self.cache.try_push(order, offset) {
                 return Ok(1 << order << self.unit_shift);
             }
-        } else if let Some(bytes) = self.free_to_cache(offset) {
-            return Ok(bytes);
+            return self.free_slow(offset);
         }
-        self.free_slow(offset)
+        self.free_other(offset)
     }
 
     /// Merges every cached block back into the free blocks.
@@ -952,6 +951,15 @@ impl BuddyAllocator {
             return None;
         }
         Some(1 << order << self.unit_shift)
+    }
+
+    /// [`free`](Self::free) of a block other than the last one handed out.
+    #[inline(never)]
+    fn free_other(&mut self, offset: u64) -> Result<u64, FreeError> {
+        match self.free_to_cache(offset) {
+            Some(bytes) => Ok(bytes),
+            None => self.free_slow(offset),
+        }
     }
 
     /// [`free`](Self::free) when the block does not simply go onto its
