@@ -78,10 +78,12 @@
 //! most).
 //!
 //! Freeing needs no size: the head byte remembers the order of a large live
-//! block, and the start and used words give the length of a small one. A
-//! double free of a cached block is found by looking for its offset in the
-//! stack of its order (at most 16 entries by default, and empty in the
-//! usual alloc/free pair).
+//! block, and the start and used words give the length of a small one. The
+//! block handed out last is also remembered with its order, so freeing it
+//! (a temporary buffer, the usual alloc/free pair) is a compare and a push
+//! that reads no table. A double free of a cached block is found by looking
+//! for its offset in the stack of its order (at most 16 entries by default,
+//! and empty in the usual pair).
 //!
 //! # Metadata cost
 //!
@@ -532,7 +534,7 @@ impl BuddyAllocator {
             return Err(e.into());
         }
         let block = self.locate_live(offset).map_err(ReallocError::Offset)?;
-        let order = order?;
+        let order = self.within_heap(order?)?;
         // Its order changes or it is freed; entered again below.
         self.last.forget(offset);
         if offset & (align - 1) == 0 {
@@ -782,7 +784,8 @@ impl BuddyAllocator {
 
     // ---- sizes and offsets ----
 
-    /// Order (in minimum blocks) of the block serving `size` at `align`.
+    /// Order (in minimum blocks, below 64) of the block serving `size` at
+    /// `align`; whether it fits the heap is [`within_heap`](Self::within_heap).
     #[inline]
     fn order_for(&self, size: u64, align: u64) -> Result<u32, AllocError> {
         if size == 0 {
@@ -795,8 +798,18 @@ impl BuddyAllocator {
         // is aligned to its size) and the minimum block.
         let need = size.max(align).max(self.min_block());
         let bytes_order = u64::BITS - (need - 1).leading_zeros();
-        let order = bytes_order.wrapping_sub(self.unit_shift);
-        if bytes_order >= u64::BITS || 1u64 << order > self.units {
+        if bytes_order >= u64::BITS {
+            return Err(AllocError::OutOfMemory);
+        }
+        // Below 64; larger than the heap is checked where the caches miss
+        // (a cached block of the order proves it fits).
+        Ok(bytes_order - self.unit_shift)
+    }
+
+    /// `order` if a block of it fits the managed heap at all.
+    #[inline]
+    fn within_heap(&self, order: u32) -> Result<u32, AllocError> {
+        if 1u64 << order > self.units {
             return Err(AllocError::OutOfMemory);
         }
         Ok(order)
@@ -974,6 +987,8 @@ impl BuddyAllocator {
     /// Allocates a block of `order` from the tables; when none is free,
     /// flushes the caches and tries once more.
     fn alloc_uncached(&mut self, order: u32) -> Result<u64, AllocError> {
+        // Larger than the heap: no flush can help.
+        self.within_heap(order)?;
         match self.alloc_order(order) {
             Err(AllocError::OutOfMemory) if self.cache.blocks() != 0 => {
                 self.flush();
