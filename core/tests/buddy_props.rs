@@ -4,8 +4,9 @@
 //! order, a map of live blocks) with the same documented policy: smallest
 //! fitting order first, lowest offset within an order, eager merging; in
 //! front of it, the same free caches (a LIFO stack of freed blocks per
-//! order; one stack is flushed when it is full, all of them when the byte
-//! bound would be passed and when a request finds no free block). Every
+//! order; a full stack merges its oldest block back, and all of them are
+//! flushed when the byte bound would be passed and when a request finds no
+//! free block). Every
 //! call must give the same answer from both, and the heap-level properties
 //! (live, cached and free blocks tile the heap without overlap, aligned,
 //! full coalescing once the caches are flushed, determinism) are checked on
@@ -172,7 +173,8 @@ impl Model {
             return;
         }
         if self.cache[order].len() >= self.depth {
-            self.flush_order(order);
+            let oldest = self.cache[order].remove(0);
+            self.release(oldest, k);
         }
         if self.cached_units() + (1 << k) > self.max_units {
             self.flush();

@@ -34,13 +34,13 @@ pub struct CacheLimits {
 
 impl CacheLimits {
     /// Blocks per order kept by default.
-    pub const DEFAULT_BLOCKS_PER_ORDER: u32 = 16;
+    pub const DEFAULT_BLOCKS_PER_ORDER: u32 = 32;
     /// Largest `blocks_per_order` accepted.
     pub const MAX_BLOCKS_PER_ORDER: u32 = 1 << 12;
     /// Default byte bound, as a fraction of the managed heap: 1/16.
     pub const DEFAULT_HEAP_SHIFT: u32 = 4;
 
-    /// The default limits for a heap managing `managed_bytes`: 16 blocks
+    /// The default limits for a heap managing `managed_bytes`: 32 blocks
     /// per order and at most 1/16 of the heap.
     pub fn for_heap(managed_bytes: u64) -> Self {
         Self {
@@ -170,6 +170,22 @@ impl FreeCache {
     /// Whether the stack of `order` is at its bound.
     pub(super) fn is_full(&self, order: u32) -> bool {
         self.len[order as usize & 63] as usize >= self.depth
+    }
+
+    /// Takes the oldest cached block of `order` out of its stack (the rest
+    /// move down one slot).
+    pub(super) fn evict_oldest(&mut self, order: u32) -> Option<u64> {
+        let k = order as usize & 63;
+        let n = self.len[k] as usize;
+        let start = k << self.stride_shift;
+        if n == 0 || start + n > self.slots.len() {
+            return None;
+        }
+        let oldest = self.slots[start];
+        self.slots.copy_within(start + 1..start + n, start);
+        self.len[k] -= 1;
+        self.units -= 1 << k;
+        Some(oldest)
     }
 
     /// Whether `units` more minimum blocks stay within the byte bound.

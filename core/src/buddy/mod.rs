@@ -31,8 +31,8 @@
 //!
 //! - when a request finds no free block (all stacks, then one more try; so
 //!   a request fails only if it fails with every freed block merged);
-//! - when a stack is full ([`CacheLimits::blocks_per_order`], 16 by
-//!   default): that stack, before the new block goes on it;
+//! - when a stack is full ([`CacheLimits::blocks_per_order`], 32 by
+//!   default): its oldest block, before the new block goes on it;
 //! - when the byte bound ([`CacheLimits::max_bytes`], 1/16 of the heap by
 //!   default) would be passed: all stacks, before the new block goes on its
 //!   stack (a block above the bound merges at once instead);
@@ -82,7 +82,7 @@
 //! block handed out last is also remembered with its order, so freeing it
 //! (a temporary buffer, the usual alloc/free pair) is a compare and a push
 //! that reads no table. A double free of a cached block is found by looking
-//! for its offset in the stack of its order (at most 16 entries by default,
+//! for its offset in the stack of its order (at most 32 entries by default,
 //! and empty in the usual pair).
 //!
 //! # Metadata cost
@@ -98,7 +98,7 @@
 //! + 8C / 64     group directory
 //! (+ 1/63 on the bitmaps for summary words, + a few hundred bytes)
 //! ≈ 2.15 C bytes, + 1024 G bytes for the small-block words
-//! + 128 B per order (log2 n + 1 orders) for the free-cache stacks.
+//! + 256 B per order (log2 n + 1 orders) for the free-cache stacks.
 //! ```
 //!
 //! With 64 B minimum blocks, a chunk is 4 KiB: the fixed part is 0.053 % of
@@ -106,7 +106,7 @@
 //! 0.39 % where small blocks are used: 0.44 % (73 MiB for 16 GiB) in the
 //! worst case, with small blocks in every 256 KiB of the heap. A larger
 //! minimum block divides all of it in proportion. The free caches add
-//! `8 × blocks_per_order` bytes per order (128 B with the default 16; 3.7 KiB
+//! `8 × blocks_per_order` bytes per order (256 B with the default 32; 7.3 KiB
 //! for 16 GiB).
 //!
 //! # Example
@@ -464,9 +464,9 @@ impl BuddyAllocator {
     /// Frees the live block at `offset` and returns its size in bytes.
     ///
     /// The block goes onto the free cache of its order without merging;
-    /// when that stack is full its blocks are merged first, and when the
-    /// byte bound would be passed all cached blocks are (a block above the
-    /// byte bound merges at once). See [`flush`](Self::flush).
+    /// when that stack is full its oldest block is merged first, and when
+    /// the byte bound would be passed all cached blocks are (a block above
+    /// the byte bound merges at once). See [`flush`](Self::flush).
     #[inline]
     pub fn free(&mut self, offset: u64) -> Result<u64, FreeError> {
         if let Some(order) = self.last.take(offset) {
@@ -1016,8 +1016,15 @@ impl BuddyAllocator {
     fn retire_slow(&mut self, block: Block, offset: u64) -> u64 {
         let order = block.unit_order();
         if self.cache.admits(order) {
+            // The oldest block makes room: merging the whole stack would
+            // split it all again when a burst of frees is slightly longer
+            // than the stack.
             if self.cache.is_full(order) {
-                self.flush_order(order);
+                if let Some(oldest) = self.cache.evict_oldest(order) {
+                    if let Ok(old) = self.locate(oldest) {
+                        self.release(old);
+                    }
+                }
             }
             // Everything, not just what the block needs: that would flush
             // again at the next miss of another order.
