@@ -18,7 +18,8 @@
 //!   and the free of that block, for one size or for the next size of a
 //!   fixed random mix; `burst64` is 64 allocations of the mix (capped at
 //!   64 KiB) then their 64 frees in allocation order, so that freed blocks
-//!   pile up and fireopal's free caches overflow and merge back.
+//!   pile up on fireopal's free caches and are not the block it handed out
+//!   last.
 //! - `buddy_pair_crowded/<heap>`: a heap holding many objects, as a
 //!   symmetric heap of a real application does: 20 000 requests of 64 B to
 //!   4 KiB, every other one freed, then the random mix. Free lists are long
