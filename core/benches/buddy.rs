@@ -10,22 +10,26 @@
 //!   plugin crate's rlib), chunk headers inside the heap, over the same
 //!   kind of region.
 //!
-//! Two situations:
+//! Three situations:
 //! - `buddy_pair/<heap>`: a heap in use. Before measuring, every allocator
 //!   receives the same 400 requests (sizes log-uniform in 64 B..256 KiB)
 //!   and then frees every other one, so free blocks of many orders are
-//!   scattered across the low part of the heap. Each iteration is one alloc and the
-//!   free of that block, for one size or for the next size of a fixed
-//!   random mix.
+//!   scattered across the low part of the heap. Each iteration is one alloc
+//!   and the free of that block, for one size or for the next size of a
+//!   fixed random mix; `burst64` is 64 allocations of the mix (capped at
+//!   64 KiB) then their 64 frees in allocation order, so that freed blocks
+//!   pile up on fireopal's free caches and are not the block it handed out
+//!   last.
 //! - `buddy_pair_crowded/<heap>`: a heap holding many objects, as a
 //!   symmetric heap of a real application does: 20 000 requests of 64 B to
 //!   4 KiB, every other one freed, then the random mix. Free lists are long
 //!   here, which is what a list-scanning allocator pays for.
-//! - `buddy_pair_fresh/<heap>`: an empty heap, where each pair splits the
-//!   whole heap down to the block and merges it back (the worst case, which
-//!   grows with log2 of the heap size for every buddy allocator).
+//! - `buddy_pair_fresh/<heap>`: an empty heap, where a buddy allocator that
+//!   merges at once splits the whole heap down to the block and merges it
+//!   back at every pair (one step per order, so it grows with log2 of the
+//!   heap size); with free caches only the first pair splits.
 //!
-//! Run: `cargo bench -p fireopal-core --bench buddy -- --measurement-time 3`
+//! Run: `cargo bench -p fireopal-core --bench buddy -- --warm-up-time 1 --measurement-time 3`
 
 use std::alloc::Layout;
 use std::hint::black_box;
@@ -51,6 +55,16 @@ const SIZES: [u64; 8] = [
 const ALIGN: u64 = 8;
 /// Sizes in the random mix (a power of two, cycled by the bench).
 const MIX_LEN: usize = 4096;
+/// Blocks allocated, then freed, per iteration of the burst.
+const BURST: usize = 64;
+
+/// Which mixed-size benches a group runs besides the single sizes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    No,
+    Pairs,
+    WithBurst,
+}
 
 /// xorshift64*: deterministic sizes without a rand crate.
 struct XorShift(u64);
@@ -255,7 +269,7 @@ fn bench_pairs<P: Pairs>(
     name: &str,
     p: &mut P,
     sizes: &[u64],
-    mix: bool,
+    mix: Mix,
 ) {
     for &size in sizes {
         group.bench_with_input(BenchmarkId::new(name, size), &size, |b, &size| {
@@ -265,7 +279,25 @@ fn bench_pairs<P: Pairs>(
             })
         });
     }
-    if mix {
+    if mix == Mix::WithBurst {
+        let burst: Vec<u64> = mix_sizes(BURST, 0xb0b)
+            .into_iter()
+            .map(|size| size.min(64 << 10))
+            .collect();
+        let mut live = Vec::with_capacity(BURST);
+        group.bench_function(BenchmarkId::new(name, "burst64"), |b| {
+            b.iter(|| {
+                for &size in &burst {
+                    let at = p.alloc(black_box(size)).expect("room for the burst");
+                    live.push((at, size));
+                }
+                for (at, size) in live.drain(..) {
+                    p.free(black_box(at), size);
+                }
+            })
+        });
+    }
+    if mix != Mix::No {
         let sizes = mix_sizes(MIX_LEN, 0xfeed);
         let mut i = 0usize;
         group.bench_function(BenchmarkId::new(name, "mix"), |b| {
@@ -281,7 +313,7 @@ fn bench_pairs<P: Pairs>(
 
 /// One criterion group: the three allocators on a heap of `heap` bytes, filled
 /// with `fill` (or left empty), measured for `sizes` and the mix.
-fn compare(c: &mut Criterion, name: &str, heap: u64, fill: Option<Fill>, sizes: &[u64], mix: bool) {
+fn compare(c: &mut Criterion, name: &str, heap: u64, fill: Option<Fill>, sizes: &[u64], mix: Mix) {
     let mut group = c.benchmark_group(name);
     let mut ours = BuddyAllocator::new(heap).expect("heap tables");
     let _live = fill.map(|f| warm_up(&mut ours, f));
@@ -311,7 +343,7 @@ fn bench_heap(c: &mut Criterion) {
             heap,
             in_use,
             &SIZES,
-            true,
+            Mix::WithBurst,
         );
         let crowded = Some(CROWDED);
         compare(
@@ -320,7 +352,7 @@ fn bench_heap(c: &mut Criterion) {
             heap,
             crowded,
             &[],
-            true,
+            Mix::Pairs,
         );
         let fresh = [64, 4 << 10, 1 << 20];
         compare(
@@ -329,7 +361,7 @@ fn bench_heap(c: &mut Criterion) {
             heap,
             None,
             &fresh,
-            false,
+            Mix::No,
         );
     }
 }

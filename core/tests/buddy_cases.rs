@@ -2,7 +2,8 @@
 //! exhaustion, realloc, error values, metadata cost.
 
 use fireopal_core::buddy::{
-    AllocError, BuddyAllocator, FreeBlock, FreeError, NewError, Realloc, ReallocError,
+    AllocError, BuddyAllocator, CacheLimits, CacheLimitsError, FreeBlock, FreeError, NewError,
+    Realloc, ReallocError, Stats,
 };
 
 const KIB: u64 = 1 << 10;
@@ -13,6 +14,22 @@ fn blocks(heap: &BuddyAllocator) -> Vec<(u64, u64)> {
     heap.free_blocks()
         .map(|FreeBlock { offset, size }| (offset, size))
         .collect()
+}
+
+/// Flushes the free caches and lists the free blocks; the stats must not
+/// change but for the cached bytes (they already count cached blocks as
+/// merged).
+fn flushed(heap: &mut BuddyAllocator) -> Vec<(u64, u64)> {
+    let before = heap.stats();
+    heap.flush();
+    let expected = Stats {
+        cached_bytes: 0,
+        ..before
+    };
+    assert_eq!(heap.stats(), expected, "a flush changed the stats");
+    assert_eq!(heap.cached_blocks().count(), 0);
+    consistent(heap);
+    blocks(heap)
 }
 
 fn consistent(heap: &BuddyAllocator) {
@@ -57,7 +74,8 @@ fn heap_of_four_gib_and_one_page_has_offsets_past_u32() {
     assert_eq!(heap.free(page), Ok(4 * KIB));
     assert_eq!(heap.free(high), Ok(2 * GIB));
     assert_eq!(heap.free(small), Ok(64));
-    assert_eq!(blocks(&heap), [(0, 4 * GIB), (4 * GIB, 4 * KIB)]);
+    assert_eq!(heap.stats().largest_free_block, 4 * GIB);
+    assert_eq!(flushed(&mut heap), [(0, 4 * GIB), (4 * GIB, 4 * KIB)]);
 
     let whole = heap.alloc(4 * GIB, 1).expect("the 4 GiB block");
     assert_eq!(whole, 0);
@@ -100,7 +118,7 @@ fn odd_heap_size_is_covered_by_maximal_aligned_blocks() {
     for o in offsets {
         heap.free(o).expect("live block");
     }
-    assert_eq!(blocks(&heap), initial);
+    assert_eq!(flushed(&mut heap), initial);
     consistent(&heap);
 }
 
@@ -176,7 +194,7 @@ fn exhaustion_is_an_error_and_the_heap_works_afterwards() {
     for at in kept {
         heap.free(at).expect("live");
     }
-    assert_eq!(blocks(&heap), initial);
+    assert_eq!(flushed(&mut heap), initial);
 }
 
 #[test]
@@ -381,8 +399,7 @@ fn errors_are_values_and_change_nothing() {
     assert_eq!(heap.free(s), Err(FreeError::DoubleFree));
     assert_eq!(heap.free(a), Ok(4 * KIB));
     assert_eq!(heap.free(a), Err(FreeError::DoubleFree));
-    assert_eq!(blocks(&heap), [(0, MIB)]);
-    consistent(&heap);
+    assert_eq!(flushed(&mut heap), [(0, MIB)]);
 }
 
 #[test]
@@ -440,18 +457,22 @@ fn same_calls_give_same_offsets_on_every_instance() {
                 trace.push(heap.free(at).map_err(|e| e.to_string()));
             }
         }
-        (trace, blocks(&heap))
+        let cached: Vec<FreeBlock> = heap.cached_blocks().collect();
+        (trace, blocks(&heap), cached, flushed(&mut heap))
     };
     assert_eq!(run(), run());
 }
 
 /// Metadata formula of the module documentation, for a heap of `n` minimum
 /// blocks with `groups` small-block groups created: about 2.15 bytes per
-/// chunk plus 1 KiB per group.
+/// chunk plus 1 KiB per group, plus the free-cache stacks (32 offsets of
+/// 8 bytes per order).
 fn formula(n: u64, groups: u64) -> f64 {
     let chunks = n.div_ceil(64) as f64;
+    let orders = f64::from(u64::BITS - n.leading_zeros());
     chunks * (1.0 + 2.0 / 8.0 + 6.0 / 8.0 + 8.0 / 64.0) * (1.0 + 1.0 / 63.0)
         + 1024.0 * groups as f64
+        + 256.0 * orders
 }
 
 #[test]
@@ -508,4 +529,231 @@ fn metadata_worst_case_stays_under_half_a_percent() {
 fn allocator_is_send() {
     fn assert_send<T: Send>() {}
     assert_send::<BuddyAllocator>();
+}
+
+#[test]
+fn freed_blocks_come_back_newest_first_without_merging() {
+    let mut heap = BuddyAllocator::new(MIB).expect("heap");
+    let a = heap.alloc(64, 1).expect("fits");
+    let b = heap.alloc(64, 1).expect("fits");
+    let big = heap.alloc(8 * KIB, 1).expect("fits");
+    assert_eq!((a, b), (0, 64));
+    let tables = blocks(&heap);
+    assert_eq!(heap.free(a), Ok(64));
+    assert_eq!(heap.free(b), Ok(64));
+    assert_eq!(heap.free(big), Ok(8 * KIB));
+    // Nothing merged: the tables still see the three blocks as taken.
+    assert_eq!(blocks(&heap), tables);
+    assert_eq!(
+        heap.cached_blocks().collect::<Vec<_>>(),
+        [
+            FreeBlock {
+                offset: a,
+                size: 64
+            },
+            FreeBlock {
+                offset: b,
+                size: 64
+            },
+            FreeBlock {
+                offset: big,
+                size: 8 * KIB
+            },
+        ]
+    );
+    let stats = heap.stats();
+    assert_eq!(
+        (stats.free_bytes, stats.live_blocks, stats.live_bytes),
+        (MIB, 0, 0)
+    );
+    assert_eq!(stats.cached_bytes, 8 * KIB + 128);
+    assert_eq!(stats.largest_free_block, MIB);
+    consistent(&heap);
+    // Same order: newest first. Another order does not take them.
+    assert_eq!(heap.alloc(100, 1), Ok(128));
+    assert_eq!(heap.alloc(64, 1), Ok(b));
+    assert_eq!(heap.alloc(1, 64), Ok(a));
+    assert_eq!(heap.alloc(5000, 1), Ok(big));
+    assert_eq!(heap.stats().cached_bytes, 0);
+    consistent(&heap);
+}
+
+#[test]
+fn a_pair_on_an_empty_heap_splits_once() {
+    for size in [64, 4 * KIB, MIB] {
+        let mut heap = BuddyAllocator::new(16 * GIB).expect("heap");
+        let first = heap.alloc(size, 8).expect("fits");
+        let split = blocks(&heap);
+        heap.free(first).expect("live");
+        for _ in 0..100 {
+            let at = heap.alloc(size, 8).expect("fits");
+            assert_eq!(at, first);
+            heap.free(at).expect("live");
+            // The split stays: the block only goes to and from the cache.
+            assert_eq!(blocks(&heap), split);
+        }
+        assert_eq!(heap.stats().largest_free_block, 16 * GIB);
+        assert_eq!(flushed(&mut heap), [(0, 16 * GIB)]);
+    }
+}
+
+#[test]
+fn cached_blocks_are_free_space_for_every_check() {
+    let mut heap = BuddyAllocator::new(MIB).expect("heap");
+    let small = heap.alloc(256, 1).expect("fits");
+    let big = heap.alloc(16 * KIB, 1).expect("fits");
+    let keep = heap.alloc(64, 1).expect("fits");
+    heap.free(small).expect("live");
+    heap.free(big).expect("live");
+    for at in [small, big] {
+        assert_eq!(heap.free(at), Err(FreeError::DoubleFree));
+        assert_eq!(heap.block_size(at), None);
+        assert_eq!(
+            heap.realloc(at, 64, 1),
+            Err(ReallocError::Offset(FreeError::DoubleFree))
+        );
+    }
+    // Inside a cached block: free space too, in both tiers.
+    assert_eq!(heap.free(small + 64), Err(FreeError::DoubleFree));
+    assert_eq!(heap.free(big + 4 * KIB), Err(FreeError::DoubleFree));
+    assert_eq!(heap.free(big + 4 * KIB + 64), Err(FreeError::DoubleFree));
+    assert_eq!(heap.free(big + 64), Err(FreeError::DoubleFree));
+    // Inside a live block: still an invalid offset.
+    assert_eq!(heap.block_size(keep), Some(64));
+    assert_eq!(heap.free(keep + 1), Err(FreeError::InvalidOffset));
+    consistent(&heap);
+}
+
+#[test]
+fn exhaustion_flushes_the_caches_before_failing() {
+    let mut heap = BuddyAllocator::new(256 * KIB).expect("heap");
+    // Every minimum block, then all freed: they sit in caches or merged.
+    let offsets: Vec<u64> = (0..4096)
+        .map(|_| heap.alloc(64, 1).expect("a minimum block"))
+        .collect();
+    assert_eq!(heap.alloc(1, 1), Err(AllocError::OutOfMemory));
+    for at in offsets {
+        heap.free(at).expect("live");
+    }
+    assert!(heap.stats().cached_bytes > 0);
+    assert_eq!(heap.stats().largest_free_block, 256 * KIB);
+    // The whole heap fits once the caches are merged back.
+    assert_eq!(heap.alloc(256 * KIB, 1), Ok(0));
+    assert_eq!(heap.stats().cached_bytes, 0);
+    assert_eq!(heap.alloc(64, 1), Err(AllocError::OutOfMemory));
+    heap.free(0).expect("live");
+    assert_eq!(flushed(&mut heap), [(0, 256 * KIB)]);
+}
+
+#[test]
+fn cache_bounds_merge_the_oldest_block_or_everything() {
+    let mut heap = BuddyAllocator::new(MIB).expect("heap");
+    assert_eq!(heap.cache_limits(), CacheLimits::for_heap(MIB));
+    let limits = CacheLimits {
+        blocks_per_order: 2,
+        max_bytes: 24 * KIB,
+    };
+    assert_eq!(heap.set_cache_limits(limits), Ok(()));
+    assert_eq!(heap.cache_limits(), limits);
+    let small: Vec<u64> = (0..3).map(|_| heap.alloc(64, 1).expect("fits")).collect();
+    let big: Vec<u64> = (0..3)
+        .map(|_| heap.alloc(16 * KIB, 1).expect("fits"))
+        .collect();
+    let huge = heap.alloc(64 * KIB, 1).expect("fits");
+    let listed = |heap: &BuddyAllocator| heap.cached_blocks().map(|b| b.offset).collect::<Vec<_>>();
+    heap.free(small[0]).expect("live");
+    heap.free(small[1]).expect("live");
+    assert_eq!(listed(&heap), [small[0], small[1]]);
+    // The third block of an order merges the oldest one first.
+    heap.free(small[2]).expect("live");
+    assert_eq!(listed(&heap), [small[1], small[2]]);
+    heap.free(big[0]).expect("live");
+    assert_eq!(listed(&heap), [small[1], small[2], big[0]]);
+    assert_eq!(heap.stats().cached_bytes, 16 * KIB + 128);
+    // 16 KiB more would pass 24 KiB: everything is merged first.
+    heap.free(big[1]).expect("live");
+    assert_eq!(listed(&heap), [big[1]]);
+    // Above the byte bound: merged at once, nothing else flushed.
+    heap.free(huge).expect("live");
+    assert_eq!(listed(&heap), [big[1]]);
+    heap.free(big[2]).expect("live");
+    assert_eq!(listed(&heap), [big[2]]);
+    consistent(&heap);
+    assert_eq!(flushed(&mut heap), [(0, MIB)]);
+    // Refused limits leave the old ones.
+    let too_deep = CacheLimits {
+        blocks_per_order: CacheLimits::MAX_BLOCKS_PER_ORDER + 1,
+        max_bytes: MIB,
+    };
+    assert_eq!(
+        heap.set_cache_limits(too_deep),
+        Err(CacheLimitsError::TooManyBlocks)
+    );
+    assert_eq!(heap.cache_limits(), limits);
+}
+
+#[test]
+fn caches_off_merge_every_free_at_once() {
+    let mut heap = BuddyAllocator::new(MIB + 4 * KIB).expect("heap");
+    assert_eq!(heap.set_cache_limits(CacheLimits::OFF), Ok(()));
+    let initial = blocks(&heap);
+    let mut rng = XorShift(7);
+    let live: Vec<u64> = (0..100)
+        .map(|_| heap.alloc(1 + rng.below(4 * KIB), 1).expect("fits"))
+        .collect();
+    for at in live {
+        heap.free(at).expect("live");
+        assert_eq!(heap.cached_blocks().count(), 0);
+    }
+    assert_eq!(blocks(&heap), initial);
+    consistent(&heap);
+}
+
+#[test]
+fn stats_count_cached_blocks_as_merged() {
+    let mut heap = BuddyAllocator::new(MIB).expect("heap");
+    let a = heap.alloc(64, 1).expect("fits");
+    let b = heap.alloc(64, 1).expect("fits");
+    let c = heap.alloc(128, 1).expect("fits");
+    let d = heap.alloc(256 * KIB, 1).expect("fits");
+    assert_eq!((a, b, c, d), (0, 64, 128, 256 * KIB));
+    heap.free(a).expect("live");
+    heap.free(c).expect("live");
+    // `b` keeps both from merging; the upper half is still the largest.
+    assert_eq!(heap.stats().largest_free_block, 512 * KIB);
+    heap.free(d).expect("live");
+    assert_eq!(heap.stats().largest_free_block, 512 * KIB);
+    // With `b` gone, a, b, c and d merge with the free blocks around them.
+    heap.free(b).expect("live");
+    assert_eq!(heap.stats().largest_free_block, MIB);
+    assert_eq!(flushed(&mut heap), [(0, MIB)]);
+}
+
+#[test]
+fn free_after_realloc_uses_the_new_size() {
+    let mut heap = BuddyAllocator::new(MIB).expect("heap");
+    // In place: the block handed out last changes size before its free.
+    let a = heap.alloc(64, 1).expect("fits");
+    assert!(matches!(
+        heap.realloc(a, 1000, 1),
+        Ok(Realloc::InPlace {
+            block_size: 1024,
+            ..
+        })
+    ));
+    assert_eq!(heap.free(a), Ok(1024));
+    assert_eq!(heap.free(a), Err(FreeError::DoubleFree));
+    // Moved: the old offset is free, the new one is the live block.
+    let b = heap.alloc(64, 1).expect("fits");
+    let c = heap.alloc(64, 1).expect("fits");
+    let moved = heap.realloc(b, 4096, 1).expect("room");
+    let Realloc::Moved { old, new, .. } = moved else {
+        panic!("expected a move, got {moved:?}");
+    };
+    assert_eq!(old, b);
+    assert_eq!(heap.free(b), Err(FreeError::DoubleFree));
+    assert_eq!(heap.free(new), Ok(4096));
+    assert_eq!(heap.free(c), Ok(64));
+    consistent(&heap);
+    assert_eq!(flushed(&mut heap), [(0, MIB)]);
 }

@@ -14,10 +14,38 @@
 //! 4 KiB free block); the remainder smaller than the minimum block is never
 //! used. Offsets are `u64`, so heaps past 4 GiB work.
 //!
-//! Free buddies merge as soon as both are free. A request takes the free block
-//! of the smallest order that fits and, among those, the one at the lowest
-//! offset, so the same sequence of calls gives the same offsets on every
-//! process, which is what a symmetric heap needs.
+//! A request takes the newest cached block of its order (see below) or else
+//! the free block of the smallest order that fits and, among those, the one
+//! at the lowest offset. Every decision depends on the call sequence only,
+//! so the same sequence of calls gives the same offsets on every process,
+//! which is what a symmetric heap needs.
+//!
+//! # Free caches (deferred coalescing)
+//!
+//! A freed block is not merged at once: it goes onto a LIFO stack of its
+//! order, and the next request of that order takes it back in O(1), without
+//! the split and merge cascade (which on an empty heap costs one step per
+//! order, so it grows with the heap size). The tables keep counting a
+//! cached block as live; the stacks hold only offsets, on the host heap.
+//! Cached blocks are merged back (*flushed*):
+//!
+//! - when a request finds no free block (all stacks, then one more try; so
+//!   a request fails only if it fails with every freed block merged);
+//! - when a stack is full ([`CacheLimits::blocks_per_order`], 32 by
+//!   default): its oldest block, before the new block goes on it;
+//! - when the byte bound ([`CacheLimits::max_bytes`], 1/16 of the heap by
+//!   default) would be passed: all stacks, before the new block goes on its
+//!   stack (a block above the bound merges at once instead);
+//! - on [`BuddyAllocator::flush`] and [`BuddyAllocator::set_cache_limits`].
+//!
+//! The merged result does not depend on the order of the merges, so a flush
+//! is deterministic too. [`BuddyAllocator::stats`] counts cached blocks as
+//! free *and merged*: its figures are those a flush would leave, and the
+//! largest free block is the largest request that succeeds.
+//! [`BuddyAllocator::free_blocks`] lists the free blocks of the tables only;
+//! after freeing every block, it lists the initial free blocks again once
+//! the caches are flushed. Growing in place ([`BuddyAllocator::realloc`])
+//! does not take cached buddies.
 //!
 //! # Layout of the side tables
 //!
@@ -50,7 +78,12 @@
 //! most).
 //!
 //! Freeing needs no size: the head byte remembers the order of a large live
-//! block, and the start and used words give the length of a small one.
+//! block, and the start and used words give the length of a small one. The
+//! block handed out last is also remembered with its order, so freeing it
+//! (a temporary buffer, the usual alloc/free pair) is a compare and a push
+//! that reads no table. A double free of a cached block is found by looking
+//! for its offset in the stack of its order (at most 32 entries by default,
+//! and empty in the usual pair).
 //!
 //! # Metadata cost
 //!
@@ -64,14 +97,17 @@
 //! + 6C / 8      small-order chunk bitmaps
 //! + 8C / 64     group directory
 //! (+ 1/63 on the bitmaps for summary words, + a few hundred bytes)
-//! ≈ 2.15 C bytes, + 1024 G bytes for the small-block words.
+//! ≈ 2.15 C bytes, + 1024 G bytes for the small-block words
+//! + 256 B per order (log2 n + 1 orders) for the free-cache stacks.
 //! ```
 //!
 //! With 64 B minimum blocks, a chunk is 4 KiB: the fixed part is 0.053 % of
 //! the heap (8.6 MiB for 16 GiB) and the small-block words add at most
 //! 0.39 % where small blocks are used: 0.44 % (73 MiB for 16 GiB) in the
 //! worst case, with small blocks in every 256 KiB of the heap. A larger
-//! minimum block divides all of it in proportion.
+//! minimum block divides all of it in proportion. The free caches add
+//! `8 × blocks_per_order` bytes per order (256 B with the default 32; 7.3 KiB
+//! for 16 GiB).
 //!
 //! # Example
 //!
@@ -86,14 +122,23 @@
 //! // Growing into the free buddy keeps the offset.
 //! assert!(matches!(heap.realloc(a, 200, 8), Ok(Realloc::InPlace { offset: 0, .. })));
 //! heap.free(a).unwrap();
+//! // The block waits in the cache of its order; the next 4 KiB request
+//! // takes it back.
 //! heap.free(b).unwrap();
+//! assert_eq!(heap.alloc(4000, 8), Ok(b));
+//! heap.free(b).unwrap();
+//! // Stats count cached blocks as merged: the whole heap is free.
 //! assert_eq!(heap.stats().largest_free_block, 1 << 20);
+//! heap.flush();
+//! assert_eq!(heap.free_blocks().count(), 1);
 //! ```
 
 mod bitmap;
+mod cache;
 mod chunk;
 mod error;
 
+pub use cache::{CacheLimits, CacheLimitsError};
 pub use error::{AllocError, FreeError, Inconsistency, NewError, ReallocError};
 
 use alloc::boxed::Box;
@@ -103,6 +148,7 @@ use core::fmt;
 use core::mem::size_of;
 
 use bitmap::SummaryBitmap;
+use cache::{FreeCache, LastBlock};
 use chunk::{avail, block_len, exact_free, exact_free_of, run_mask, ChunkBits};
 use chunk::{CHUNK_ORDER, SMALL_ORDERS};
 
@@ -201,6 +247,9 @@ pub struct Stats {
     pub live_blocks: u64,
     /// Bytes in live blocks (sizes rounded up to blocks).
     pub live_bytes: u64,
+    /// Bytes in freed blocks waiting in the free caches (counted in
+    /// `free_bytes` too).
+    pub cached_bytes: u64,
 }
 
 /// One free block, as listed by [`BuddyAllocator::free_blocks`].
@@ -250,8 +299,14 @@ pub struct BuddyAllocator {
     groups: Vec<Option<Box<Group>>>,
     /// Number of `Some` in `groups`.
     group_count: usize,
+    /// Free minimum blocks, not counting cached blocks.
     free_units: u64,
+    /// Live blocks, counting cached blocks (the tables see them as live).
     live_blocks: u64,
+    /// Freed blocks not merged yet (see [`FreeCache`]).
+    cache: FreeCache,
+    /// The block handed out last, for `free`.
+    last: LastBlock,
 }
 
 impl fmt::Debug for BuddyAllocator {
@@ -309,6 +364,12 @@ impl BuddyAllocator {
         let small = || SummaryBitmap::new(chunks);
         let small_free = [small()?, small()?, small()?, small()?, small()?, small()?];
 
+        let unit_orders = (u64::BITS - units.leading_zeros()) as usize;
+        let mut cache = FreeCache::new(unit_orders);
+        cache
+            .set_limits(CacheLimits::for_heap(units << unit_shift), unit_shift)
+            .map_err(|_| NewError::OutOfMetadata)?;
+
         let mut groups = Vec::new();
         let group_slots = chunks.div_ceil(GROUP_CHUNKS);
         groups
@@ -331,6 +392,8 @@ impl BuddyAllocator {
             group_count: 0,
             free_units: units,
             live_blocks: 0,
+            cache,
+            last: LastBlock::new(),
         };
         // Largest roots first, so each is aligned to its size.
         let mut c = 0usize;
@@ -361,12 +424,14 @@ impl BuddyAllocator {
     }
 
     /// Smallest block, in bytes.
+    #[inline]
     pub fn min_block(&self) -> u64 {
         1 << self.unit_shift
     }
 
     /// Bytes under management: the heap size rounded down to the minimum
     /// block.
+    #[inline]
     pub fn managed_bytes(&self) -> u64 {
         self.units << self.unit_shift
     }
@@ -379,23 +444,70 @@ impl BuddyAllocator {
     /// Alignment is of offsets: the heap base must be aligned at least as
     /// much for addresses to be. Errors are checked in this order: zero size,
     /// alignment, then room.
+    ///
+    /// The newest cached block of the block's order is taken first; without
+    /// one, the lowest free block of the smallest fitting order is split.
+    /// When nothing fits, the caches are flushed and the request tried once
+    /// more, so `OutOfMemory` means the request does not fit even with every
+    /// freed block merged.
     #[inline]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
         let order = self.order_for(size, align)?;
-        self.alloc_order(order)
+        let offset = match self.cache.pop(order) {
+            Some(offset) => offset,
+            None => self.alloc_uncached(order)?,
+        };
+        self.last.remember(offset, order);
+        Ok(offset)
     }
 
     /// Frees the live block at `offset` and returns its size in bytes.
+    ///
+    /// The block goes onto the free cache of its order without merging;
+    /// when that stack is full its oldest block is merged first, and when
+    /// the byte bound would be passed all cached blocks are (a block above
+    /// the byte bound merges at once). See [`flush`](Self::flush).
     #[inline]
     pub fn free(&mut self, offset: u64) -> Result<u64, FreeError> {
-        let block = self.locate(offset)?;
-        Ok(self.release(block))
+        if let Some(order) = self.last.take(offset) {
+            if self.cache.try_push(order, offset) {
+                return Ok(1 << order << self.unit_shift);
+            }
+            return self.free_slow(offset);
+        }
+        self.free_other(offset)
+    }
+
+    /// Merges every cached block back into the free blocks.
+    ///
+    /// Afterwards [`free_blocks`](Self::free_blocks) lists all free space,
+    /// maximally merged: once every live block is freed and the caches
+    /// flushed, it lists the initial free blocks again. The result does not
+    /// depend on the order of the merges, and [`stats`](Self::stats) is the
+    /// same before and after.
+    pub fn flush(&mut self) {
+        for order in 0..self.cache.orders() as u32 {
+            self.flush_order(order);
+        }
+    }
+
+    /// The bounds of the free caches in force.
+    pub fn cache_limits(&self) -> CacheLimits {
+        self.cache.limits(self.unit_shift)
+    }
+
+    /// Flushes the caches, then sets new bounds for them
+    /// ([`CacheLimits::OFF`] turns them off). The defaults are
+    /// [`CacheLimits::for_heap`] of the managed size.
+    pub fn set_cache_limits(&mut self, limits: CacheLimits) -> Result<(), CacheLimitsError> {
+        self.flush();
+        self.cache.set_limits(limits, self.unit_shift)
     }
 
     /// Size in bytes of the live block at `offset`, or `None` when no live
     /// block starts there.
     pub fn block_size(&self, offset: u64) -> Option<u64> {
-        let block = self.locate(offset).ok()?;
+        let block = self.locate_live(offset).ok()?;
         Some(1 << block.unit_order() << self.unit_shift)
     }
 
@@ -405,8 +517,11 @@ impl BuddyAllocator {
     /// In place when the block shrinks (the freed tail becomes free blocks)
     /// or when the buddies it needs to grow into are free; otherwise a new
     /// block is allocated while the old one is still live, then the old one
-    /// is freed, and [`Realloc::Moved`] tells the caller what to copy. On
-    /// error nothing changed. A `new_size` of zero is an error
+    /// is freed (into the free cache, as by [`free`](Self::free)), and
+    /// [`Realloc::Moved`] tells the caller what to copy. Cached blocks are
+    /// not free space for growing in place. On error no block changed (a
+    /// failed move may have flushed the caches, as a failed
+    /// [`alloc`](Self::alloc) does). A `new_size` of zero is an error
     /// ([`ReallocError::ZeroSize`]): use [`free`](Self::free) to release.
     pub fn realloc(
         &mut self,
@@ -418,8 +533,10 @@ impl BuddyAllocator {
         if let Err(e @ (AllocError::ZeroSize | AllocError::InvalidAlignment)) = order {
             return Err(e.into());
         }
-        let block = self.locate(offset).map_err(ReallocError::Offset)?;
-        let order = order?;
+        let block = self.locate_live(offset).map_err(ReallocError::Offset)?;
+        let order = self.within_heap(order?)?;
+        // Its order changes or it is freed; entered again below.
+        self.last.forget(offset);
         if offset & (align - 1) == 0 {
             let in_place = if order <= block.unit_order() {
                 self.shrink(block, order)?;
@@ -428,14 +545,19 @@ impl BuddyAllocator {
                 self.grow(block, order)
             };
             if in_place {
+                self.last.remember(offset, order);
                 return Ok(Realloc::InPlace {
                     offset,
                     block_size: 1 << order << self.unit_shift,
                 });
             }
         }
-        let new = self.alloc_order(order)?;
-        let old_size = self.release(block);
+        let new = match self.cache.pop(order) {
+            Some(new) => new,
+            None => self.alloc_uncached(order)?,
+        };
+        self.last.remember(new, order);
+        let old_size = self.retire(block, offset);
         Ok(Realloc::Moved {
             old: offset,
             new,
@@ -443,22 +565,31 @@ impl BuddyAllocator {
         })
     }
 
-    /// Current occupancy. O(1), except when no chunk-sized block (64
-    /// minimum blocks) is free: then finding the largest free block walks
-    /// the small-block bitmaps.
+    /// Current occupancy, counting cached blocks as free and as merged:
+    /// the figures are those [`flush`](Self::flush) would leave, and
+    /// `largest_free_block` is the largest request that succeeds.
+    ///
+    /// O(1) when the caches are empty and a chunk-sized block (64 minimum
+    /// blocks) is free. Otherwise finding the largest free block walks the
+    /// small-block bitmaps, and each cached block is followed up through
+    /// the buddies it would merge with (bounded by the cache limits, not
+    /// the heap size).
     pub fn stats(&self) -> Stats {
+        let free_units = self.free_units + self.cache.units();
         let largest_units = if self.big_mask != 0 {
             1 << (63 - self.big_mask.leading_zeros() + CHUNK_ORDER)
         } else {
             self.largest_small_order().map_or(0, |j| 1 << j)
         };
+        let largest_units = largest_units.max(self.largest_cached_merge());
         Stats {
             heap_bytes: self.heap_size,
             managed_bytes: self.managed_bytes(),
-            free_bytes: self.free_units << self.unit_shift,
+            free_bytes: free_units << self.unit_shift,
             largest_free_block: largest_units << self.unit_shift,
-            live_blocks: self.live_blocks,
-            live_bytes: (self.units - self.free_units) << self.unit_shift,
+            live_blocks: self.live_blocks - self.cache.blocks(),
+            live_bytes: (self.units - free_units) << self.unit_shift,
+            cached_bytes: self.cache.units() << self.unit_shift,
         }
     }
 
@@ -478,9 +609,12 @@ impl BuddyAllocator {
             + bitmaps
             + self.groups.capacity() * size_of::<Option<Box<Group>>>()
             + self.group_count * size_of::<Group>()
+            + self.cache.heap_bytes()
     }
 
-    /// The free blocks in offset order.
+    /// The free blocks in offset order, not counting cached blocks (which
+    /// [`cached_blocks`](Self::cached_blocks) lists); call
+    /// [`flush`](Self::flush) first for all free space.
     pub fn free_blocks(&self) -> FreeBlocks<'_> {
         FreeBlocks {
             heap: self,
@@ -488,6 +622,19 @@ impl BuddyAllocator {
             chunk: 0,
             pending: [0; SMALL_ORDERS],
         }
+    }
+
+    /// The blocks waiting in the free caches: by order from the smallest,
+    /// then oldest first within an order (the next allocation of an order
+    /// takes the last one listed).
+    pub fn cached_blocks(&self) -> impl Iterator<Item = FreeBlock> + '_ {
+        (0..self.cache.orders() as u32).flat_map(move |order| {
+            let size = 1u64 << order << self.unit_shift;
+            self.cache
+                .stack(order)
+                .iter()
+                .map(move |&offset| FreeBlock { offset, size })
+        })
     }
 
     /// Walks every side table and checks that they agree (for tests and
@@ -610,12 +757,35 @@ impl BuddyAllocator {
         if self.groups.iter().filter(|g| g.is_some()).count() != self.group_count {
             return bad("group count out of date", None);
         }
+        if !self.cache.is_consistent() {
+            return bad("free cache totals or bounds out of date", None);
+        }
+        for order in 0..self.cache.orders() as u32 {
+            let stack = self.cache.stack(order);
+            for (i, &offset) in stack.iter().enumerate() {
+                let chunk = usize::try_from(offset >> self.unit_shift >> CHUNK_ORDER).ok();
+                let live = self.locate(offset).is_ok_and(|b| b.unit_order() == order);
+                if !live || stack[..i].contains(&offset) {
+                    return bad("cached block not a live block of its order", chunk);
+                }
+            }
+        }
+        if let Some((offset, order)) = self.last.get() {
+            let chunk = usize::try_from(offset >> self.unit_shift >> CHUNK_ORDER).ok();
+            let live = self
+                .locate_live(offset)
+                .is_ok_and(|b| b.unit_order() == order);
+            if !live {
+                return bad("last block not live or of another order", chunk);
+            }
+        }
         Ok(())
     }
 
     // ---- sizes and offsets ----
 
-    /// Order (in minimum blocks) of the block serving `size` at `align`.
+    /// Order (in minimum blocks, below 64) of the block serving `size` at
+    /// `align`; whether it fits the heap is [`within_heap`](Self::within_heap).
     #[inline]
     fn order_for(&self, size: u64, align: u64) -> Result<u32, AllocError> {
         if size == 0 {
@@ -624,15 +794,22 @@ impl BuddyAllocator {
         if !align.is_power_of_two() {
             return Err(AllocError::InvalidAlignment);
         }
-        let units = ((size - 1) >> self.unit_shift) + 1;
-        let size_order = if units <= 1 {
-            0
-        } else {
-            64 - (units - 1).leading_zeros()
-        };
-        let align_order = align.trailing_zeros().saturating_sub(self.unit_shift);
-        let order = size_order.max(align_order);
-        if order >= 64 || 1u64 << order > self.units {
+        // A block is a power of two at least the size, the alignment (it
+        // is aligned to its size) and the minimum block.
+        let need = size.max(align).max(self.min_block());
+        let bytes_order = u64::BITS - (need - 1).leading_zeros();
+        if bytes_order >= u64::BITS {
+            return Err(AllocError::OutOfMemory);
+        }
+        // Below 64; larger than the heap is checked where the caches miss
+        // (a cached block of the order proves it fits).
+        Ok(bytes_order - self.unit_shift)
+    }
+
+    /// `order` if a block of it fits the managed heap at all.
+    #[inline]
+    fn within_heap(&self, order: u32) -> Result<u32, AllocError> {
+        if 1u64 << order > self.units {
             return Err(AllocError::OutOfMemory);
         }
         Ok(order)
@@ -684,18 +861,275 @@ impl BuddyAllocator {
 
     /// For a chunk inside a large block: is that block live or free?
     fn classify_inside(&self, chunk: usize) -> FreeError {
-        for k in 1..usize::BITS {
+        match self.covering_block(chunk) {
+            Some((_, h)) if h & TAG == FREE => FreeError::DoubleFree,
+            _ => FreeError::InvalidOffset,
+        }
+    }
+
+    /// First chunk and head byte of the large block covering a chunk whose
+    /// head byte says "inside".
+    fn covering_block(&self, chunk: usize) -> Option<(usize, u8)> {
+        (1..usize::BITS).find_map(|k| {
             let base = chunk & !((1usize << k) - 1);
-            if let Some(&h) = self.head.get(base) {
-                let covers = u32::from(h & PAYLOAD) >= k;
-                match h & TAG {
-                    LIVE if covers => return FreeError::InvalidOffset,
-                    FREE if covers => return FreeError::DoubleFree,
-                    _ => {}
+            let h = *self.head.get(base)?;
+            let covers = u32::from(h & PAYLOAD) >= k && matches!(h & TAG, LIVE | FREE);
+            covers.then_some((base, h))
+        })
+    }
+
+    /// The live block starting at `offset` that the caller has not freed
+    /// (the tables still count cached blocks as live).
+    #[inline]
+    fn locate_live(&self, offset: u64) -> Result<Block, FreeError> {
+        match self.locate(offset) {
+            Ok(block) if self.cache.holds(block.unit_order(), offset) => Err(FreeError::DoubleFree),
+            Ok(block) => Ok(block),
+            Err(FreeError::InvalidOffset) => Err(self.classify_in_live(offset)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// For an offset that is not the start of a live block of the tables:
+    /// whether it lies inside a cached block (free space for the caller).
+    #[cold]
+    fn classify_in_live(&self, offset: u64) -> FreeError {
+        if offset & (self.min_block() - 1) != 0 {
+            return FreeError::InvalidOffset;
+        }
+        let unit = offset >> self.unit_shift;
+        let Ok(chunk) = usize::try_from(unit >> CHUNK_ORDER) else {
+            return FreeError::InvalidOffset;
+        };
+        let first = (unit & (CHUNK_UNITS - 1)) as u32;
+        let containing = match self.head.get(chunk).map(|&h| (h, h & TAG)) {
+            Some((_, SMALL)) => self.small_bits(chunk).and_then(|&bits| {
+                let starts = bits.starts & run_mask(0, first + 1);
+                if bits.used >> first & 1 == 0 || starts == 0 {
+                    return None;
+                }
+                let start = 63 - starts.leading_zeros();
+                let order = block_len(bits, start).trailing_zeros();
+                Some((self.offset_of(chunk, start), order))
+            }),
+            Some((h, LIVE)) => Some((
+                self.offset_of(chunk, 0),
+                u32::from(h & PAYLOAD) + CHUNK_ORDER,
+            )),
+            Some((_, INSIDE)) => self
+                .covering_block(chunk)
+                .filter(|&(_, h)| h & TAG == LIVE)
+                .map(|(base, h)| {
+                    (
+                        self.offset_of(base, 0),
+                        u32::from(h & PAYLOAD) + CHUNK_ORDER,
+                    )
+                }),
+            _ => None,
+        };
+        match containing {
+            Some((start, order)) if self.cache.holds(order, start) => FreeError::DoubleFree,
+            _ => FreeError::InvalidOffset,
+        }
+    }
+
+    // ---- the free caches ----
+
+    /// The common case of [`free`](Self::free), kept small: a live block
+    /// whose stack and the byte bound have room goes onto the stack. `None`
+    /// for everything else (errors, flushes, merging), which
+    /// [`free_slow`](Self::free_slow) sorts out from the start.
+    #[inline(always)]
+    fn free_to_cache(&mut self, offset: u64) -> Option<u64> {
+        let unit = offset >> self.unit_shift;
+        if unit << self.unit_shift != offset || unit >= self.units {
+            return None;
+        }
+        // Below `units`, so the chunk index fits the head table.
+        let chunk = (unit >> CHUNK_ORDER) as usize;
+        let first = (unit & (CHUNK_UNITS - 1)) as u32;
+        let h = *self.head.get(chunk)?;
+        let order = if h == SMALL {
+            let bits = *self.small_bits(chunk)?;
+            if bits.starts >> first & 1 == 0 {
+                return None;
+            }
+            block_len(bits, first).trailing_zeros()
+        } else if h & TAG == LIVE && first == 0 {
+            u32::from(h & PAYLOAD) + CHUNK_ORDER
+        } else {
+            return None;
+        };
+        if self.cache.holds(order, offset) || !self.cache.try_push(order, offset) {
+            return None;
+        }
+        Some(1 << order << self.unit_shift)
+    }
+
+    /// [`free`](Self::free) of a block other than the last one handed out.
+    #[inline(never)]
+    fn free_other(&mut self, offset: u64) -> Result<u64, FreeError> {
+        match self.free_to_cache(offset) {
+            Some(bytes) => Ok(bytes),
+            None => self.free_slow(offset),
+        }
+    }
+
+    /// [`free`](Self::free) when the block does not simply go onto its
+    /// stack.
+    #[inline(never)]
+    fn free_slow(&mut self, offset: u64) -> Result<u64, FreeError> {
+        self.last.forget(offset);
+        let block = self.locate_live(offset)?;
+        Ok(self.retire(block, offset))
+    }
+
+    /// Allocates a block of `order` from the tables; when none is free,
+    /// flushes the caches and tries once more.
+    fn alloc_uncached(&mut self, order: u32) -> Result<u64, AllocError> {
+        // Larger than the heap: no flush can help.
+        self.within_heap(order)?;
+        match self.alloc_order(order) {
+            Err(AllocError::OutOfMemory) if self.cache.blocks() != 0 => {
+                self.flush();
+                self.alloc_order(order)
+            }
+            other => other,
+        }
+    }
+
+    /// Frees a located live block on behalf of the caller: into the cache
+    /// of its order when the limits allow (flushing what they ask for),
+    /// merged at once otherwise. Returns its size in bytes.
+    #[inline]
+    fn retire(&mut self, block: Block, offset: u64) -> u64 {
+        let order = block.unit_order();
+        if self.cache.try_push(order, offset) {
+            return 1 << order << self.unit_shift;
+        }
+        self.retire_slow(block, offset)
+    }
+
+    /// [`retire`](Self::retire) when the block does not fit the cache as it
+    /// is: flush what the limits ask for, then cache or merge it.
+    #[cold]
+    fn retire_slow(&mut self, block: Block, offset: u64) -> u64 {
+        let order = block.unit_order();
+        if self.cache.admits(order) {
+            // The oldest block makes room: merging the whole stack would
+            // split it all again when a burst of frees is slightly longer
+            // than the stack.
+            if self.cache.is_full(order) {
+                if let Some(oldest) = self.cache.evict_oldest(order) {
+                    if let Ok(old) = self.locate(oldest) {
+                        self.release(old);
+                    }
+                }
+            }
+            // Everything, not just what the block needs: that would flush
+            // again at the next miss of another order.
+            if !self.cache.fits(1 << order) {
+                self.flush();
+            }
+            if self.cache.try_push(order, offset) {
+                return 1 << order << self.unit_shift;
+            }
+        }
+        self.release(block)
+    }
+
+    /// Merges the cached blocks of `order` back, oldest first.
+    fn flush_order(&mut self, order: u32) {
+        let n = self.cache.clear(order);
+        for i in 0..n {
+            let Some(&offset) = self.cache.stack_slots(order, n).get(i) else {
+                break;
+            };
+            // Cached blocks are live in the tables (checked by
+            // `check_consistency`), so this always finds one.
+            if let Ok(block) = self.locate(offset) {
+                self.release(block);
+            }
+        }
+    }
+
+    /// Units of the largest block that some cached block would end up in
+    /// after a flush (0 when nothing is cached).
+    fn largest_cached_merge(&self) -> u64 {
+        let mut largest = None;
+        for order in 0..self.cache.orders() as u32 {
+            for &offset in self.cache.stack(order) {
+                let top = self.merged_order(offset >> self.unit_shift, order);
+                largest = largest.max(Some(top));
+            }
+        }
+        largest.map_or(0, |order| 1 << order)
+    }
+
+    /// Order of the block that the cached block of `order` at `unit` would
+    /// merge into if the caches were flushed.
+    fn merged_order(&self, mut unit: u64, mut order: u32) -> u32 {
+        while order < 63 && 2u64 << order <= self.units {
+            let buddy = unit ^ (1 << order);
+            if !self.free_after_flush(buddy, order) {
+                break;
+            }
+            unit &= !(1 << order);
+            order += 1;
+        }
+        order
+    }
+
+    /// Whether the aligned region of `order` at `unit`, the buddy of a
+    /// cached block or of a block it merged into, would be one free block
+    /// after a flush: it is a free or cached block, or both of its halves
+    /// are such regions. (No block larger than the region covers it: that
+    /// block would cover its cached buddy too.) The recursion only goes
+    /// down through split regions, so it visits O(cached blocks × depth)
+    /// regions before an answer.
+    fn free_after_flush(&self, unit: u64, order: u32) -> bool {
+        let Ok(chunk) = usize::try_from(unit >> CHUNK_ORDER) else {
+            return false;
+        };
+        let Some(&h) = self.head.get(chunk) else {
+            return false;
+        };
+        if h & TAG == SMALL {
+            if order <= CHUNK_ORDER {
+                let Some(bits) = self.small_bits(chunk) else {
+                    return false;
+                };
+                let region = run_mask((unit & (CHUNK_UNITS - 1)) as u32, 1 << order);
+                return bits.used & !self.cached_units_in(chunk) & region == 0;
+            }
+        } else {
+            let Some(k) = order.checked_sub(CHUNK_ORDER) else {
+                return false;
+            };
+            let payload = u32::from(h & PAYLOAD);
+            match h & TAG {
+                FREE if payload == k => return true,
+                LIVE if payload == k => return self.cache.holds(order, unit << self.unit_shift),
+                FREE | LIVE if payload < k => {}
+                _ => return false,
+            }
+        }
+        let half = 1u64 << (order - 1);
+        self.free_after_flush(unit, order - 1) && self.free_after_flush(unit + half, order - 1)
+    }
+
+    /// Units of `chunk` in cached small blocks.
+    fn cached_units_in(&self, chunk: usize) -> u64 {
+        let mut mask = 0;
+        for order in 0..CHUNK_ORDER {
+            for &offset in self.cache.stack(order) {
+                let unit = offset >> self.unit_shift;
+                if unit >> CHUNK_ORDER == chunk as u64 {
+                    mask |= run_mask((unit & (CHUNK_UNITS - 1)) as u32, 1 << order);
                 }
             }
         }
-        FreeError::InvalidOffset
+        mask
     }
 
     // ---- allocation and release ----
@@ -978,6 +1412,7 @@ impl BuddyAllocator {
 
     // ---- small blocks (below a chunk) ----
 
+    #[inline]
     fn small_bits(&self, chunk: usize) -> Option<&ChunkBits> {
         group_bits(&self.groups, chunk)
     }
