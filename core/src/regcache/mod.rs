@@ -131,6 +131,7 @@
 //! assert_eq!(cache.stats().live_count, 0);
 //! ```
 
+mod home;
 mod interval_tree;
 mod lru;
 
@@ -142,6 +143,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use spin::{Mutex, RwLock, RwLockWriteGuard};
 
+use home::HomeTable;
 use interval_tree::{IntervalTree, NodeId};
 use lru::LruList;
 
@@ -514,6 +516,9 @@ struct Index<B: RegistrationBackend> {
     /// under the read lock. Sized with the arena (a power of two), grown
     /// with it.
     hints: Vec<[AtomicU32; 2]>,
+    /// Every entry in the tree, by first page and transport: where a hit
+    /// looks first (see the `home` module).
+    homes: HomeTable<Arc<Entry<B>>>,
 }
 
 impl<B: RegistrationBackend> Index<B> {
@@ -561,6 +566,14 @@ impl<B: RegistrationBackend> Index<B> {
         let Some(slot) = self.tree.get(id) else {
             return false;
         };
+        // The tree still holds the entry, so dropping the home's clone only
+        // decrements its count: nothing is freed under the lock.
+        drop(
+            self.homes
+                .remove(slot.entry.region.first, slot.transport, |e| {
+                    Arc::ptr_eq(e, &slot.entry)
+                }),
+        );
         let old = slot.entry.state.fetch_or(GONE, Ordering::AcqRel);
         self.retired_hits += old / HIT_ONE;
         let idle = old & REFS_MASK == 0;
@@ -706,6 +719,7 @@ impl<B: RegistrationBackend> RegCache<B> {
                 recent: [(0, 0); RECENT_INVALIDATIONS],
                 retired_hits: 0,
                 hints: Vec::new(),
+                homes: HomeTable::new(config.page_size.trailing_zeros()),
             })),
             lru: Padded(Mutex::new(Lru {
                 list: LruList::new(),
@@ -962,6 +976,9 @@ impl<B: RegistrationBackend> Shared<B> {
         transport: TransportId,
     ) -> Result<Option<Registration<B>>, GetError<B::Error>> {
         let index = self.index.read();
+        if let Some(entry) = index.homes.find(first, last, transport, access) {
+            return self.take_reference(entry);
+        }
         let accept = |slot: &Slot<B>| slot.transport == transport && slot.access.contains(access);
         let hint = index.hint(first, self.page_shift, transport);
         let guess = hint.and_then(|bucket| {
@@ -985,13 +1002,23 @@ impl<B: RegistrationBackend> Shared<B> {
                 slot
             }
         };
+        self.take_reference(&slot.entry)
+    }
+
+    /// Takes a reference on an entry found in the index (a hit); `index` is
+    /// the read lock the caller found it under.
+    #[inline]
+    fn take_reference(
+        &self,
+        entry: &Arc<Entry<B>>,
+    ) -> Result<Option<Registration<B>>, GetError<B::Error>> {
         // Entries in the index are never gone, and nothing can mark one gone
         // while the read lock is held, so a plain add is enough; it counts
         // the hit too. Relaxed: the lock orders it against eviction, which
         // looks under the write lock.
-        let old = slot.entry.state.fetch_add(1 + HIT_ONE, Ordering::Relaxed);
+        let old = entry.state.fetch_add(1 + HIT_ONE, Ordering::Relaxed);
         if old & REFS_MASK >= MAX_REFS {
-            slot.entry.state.fetch_sub(1 + HIT_ONE, Ordering::Relaxed);
+            entry.state.fetch_sub(1 + HIT_ONE, Ordering::Relaxed);
             return Err(GetError::TooManyReferences);
         }
         if old / HIT_ONE == HIT_HARVEST {
@@ -999,14 +1026,14 @@ impl<B: RegistrationBackend> Shared<B> {
             // grows between harvests, so exactly one hit sees this value
             // and does the harvest (concurrent hits under the read lock
             // cannot both take it).
-            slot.entry
+            entry
                 .state
                 .fetch_sub(HIT_HARVEST * HIT_ONE, Ordering::Relaxed);
             self.hits.fetch_add(HIT_HARVEST, Ordering::Relaxed);
         }
-        let entry = Arc::clone(&slot.entry);
-        drop(index);
-        Ok(Some(Registration { entry }))
+        Ok(Some(Registration {
+            entry: Arc::clone(entry),
+        }))
     }
 
     /// The miss path; see the module documentation.
@@ -1093,7 +1120,7 @@ impl<B: RegistrationBackend> Shared<B> {
             if index.invalidated_since(seq, first, last) {
                 return false;
             }
-            if !index.tree.has_spare_slot() {
+            if !index.tree.has_spare_slot() || !index.homes.has_room_for(1) {
                 // Only misses insert and they are serialised, so the slot
                 // reserved above is still there; stay correct regardless.
                 continue;
@@ -1114,6 +1141,15 @@ impl<B: RegistrationBackend> Shared<B> {
             match index.tree.insert(first, last, slot) {
                 Ok(id) => {
                     entry.node.store(id.raw(), Ordering::Relaxed);
+                    // Room was checked above; the clone is an atomic add.
+                    let _ = index.homes.insert(
+                        first,
+                        last,
+                        entry.transport,
+                        entry.access,
+                        Arc::clone(entry),
+                    );
+                    debug_assert_eq!(index.homes.len(), index.tree.len());
                     if let Some([recent, older]) =
                         index.hint(first, self.page_shift, entry.transport)
                     {
@@ -1138,31 +1174,37 @@ impl<B: RegistrationBackend> Shared<B> {
         loop {
             let capacity = {
                 let index = self.index.read();
-                if index.tree.has_spare_slot() {
+                if index.tree.has_spare_slot() && index.homes.has_room_for(1) {
                     return;
                 }
                 index.tree.capacity()
             };
             let capacity = capacity.saturating_mul(2).max(64);
             let storage = IntervalTree::new_storage(capacity);
+            // Twice the arena, so the home table stays at most half full.
+            let homes = HomeTable::new_storage(capacity.saturating_mul(2));
             // Two buckets (four cells) per slot; a fresh table starts empty
             // (guesses are rebuilt by the next lookups).
             let mut hints = Vec::new();
             hints.resize_with(capacity.saturating_mul(2).next_power_of_two(), || {
                 [AtomicU32::new(u32::MAX), AtomicU32::new(u32::MAX)]
             });
-            let (old_storage, old_hints) = {
+            let (old_storage, old_hints, old_homes) = {
                 let mut index = self.write_index();
                 let old_storage = index.tree.adopt_storage(storage);
+                // Moves the entries over: O(n) under the lock, once per
+                // doubling, and nothing allocated or freed.
+                let old_homes = index.homes.adopt(homes);
                 let old_hints = if hints.len() > index.hints.len() {
                     core::mem::replace(&mut index.hints, hints)
                 } else {
                     hints
                 };
-                (old_storage, old_hints)
+                (old_storage, old_hints, old_homes)
             };
             drop(old_storage);
             drop(old_hints);
+            drop(old_homes);
         }
     }
 
@@ -1302,6 +1344,15 @@ impl<B: RegistrationBackend> Shared<B> {
                 if in_index && is_idle(&entry) {
                     let old = entry.state.fetch_or(GONE, Ordering::AcqRel);
                     index.retired_hits += old / HIT_ONE;
+                    // Not the last reference (the tree and `entry` hold
+                    // others): dropping it frees nothing under the lock.
+                    drop(
+                        index
+                            .homes
+                            .remove(entry.region.first, entry.transport, |e| {
+                                Arc::ptr_eq(e, &entry)
+                            }),
+                    );
                     (index.tree.remove(id), true)
                 } else {
                     (None, in_index)
