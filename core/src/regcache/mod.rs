@@ -54,6 +54,19 @@
 //! this range" in `O(log n + k)` for `k` answers, and "which entry covers
 //! this range" by one descent in the usual case.
 //!
+//! In front of the tree sits the *home table*: an open-addressed hash table
+//! (linear probing, at most half full, 32-byte slots) in which every entry
+//! of the tree has exactly one slot, keyed by the first page of its region
+//! and its transport, holding the region, transport and access next to the
+//! entry. A lookup whose first byte lies in the first page of a covering
+//! registration (the common case: a buffer looked up again, registered
+//! rounded down from its own start) is answered from one slot without
+//! touching the tree. Neighbouring pages have neighbouring slots, so lookups
+//! in address order stay on the same cache lines. Other lookups (inside a
+//! registration that starts on an earlier page, such as a merged one) go to
+//! a hint table and then to the tree. The home table grows with the tree's
+//! arena, from storage allocated with no lock held.
+//!
 //! # Reference counts and the LRU list
 //!
 //! Each [`Registration`] holds one reference; [`put`](RegCache::put) (or
@@ -83,10 +96,11 @@
 //! # Concurrency
 //!
 //! The index sits behind a `spin` read-write lock. A hit takes only the read
-//! lock and allocates nothing: it first tries a hint (a two-cell bucket,
-//! chosen by page and transport, naming the nodes that served the last hits
-//! there), checks that node against the request, and otherwise walks the
-//! tree and updates the hint with relaxed stores. The reference count and
+//! lock and allocates nothing: it first probes the home table; failing that
+//! it tries a hint (a two-cell bucket, chosen by page and transport, naming
+//! the nodes that served the last hits there), checks that node against the
+//! request, and otherwise walks the tree and updates the hint with relaxed
+//! stores. The reference count and
 //! the entry's hit counter share one word, taken with one atomic add, so
 //! lookups do not wait for each other. Puts take no index lock: the last
 //! put of an entry takes the (separate) LRU lock to move it to the back of
