@@ -227,7 +227,7 @@ impl<T> HomeTable<T> {
         // Backward shift: pull later members of the probe run into the hole
         // when their start position allows it, so no tombstone is needed.
         let mut j = (hole + 1) & mask;
-        loop {
+        for _ in 0..self.slots.len() {
             let Some(slot) = self.slots.get(j) else {
                 break;
             };
