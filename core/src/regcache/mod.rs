@@ -57,8 +57,8 @@
 //! In front of the tree sits the *home table*: an open-addressed hash table
 //! (linear probing, at most half full, 32-byte slots) in which every entry
 //! of the tree has exactly one slot, keyed by the first page of its region
-//! and its transport, holding the region, transport and access next to the
-//! entry. A lookup whose first byte lies in the first page of a covering
+//! and its transport, holding the region, transport, access and reference
+//! count next to a pointer to the entry. A lookup whose first byte lies in the first page of a covering
 //! registration (the common case: a buffer looked up again, registered
 //! rounded down from its own start) is answered from one slot without
 //! touching the tree. Neighbouring pages have neighbouring slots, so lookups
@@ -70,7 +70,15 @@
 //! # Reference counts and the LRU list
 //!
 //! Each [`Registration`] holds one reference; [`put`](RegCache::put) (or
-//! dropping the registration) gives it back. At zero the entry stays
+//! dropping the registration) gives it back. While an entry is in the index
+//! its reference count lives in its home slot, in one word with the
+//! transport, the access rights and a hit counter, so that a hit reads and
+//! writes a single 32-byte slot and never touches the entry itself (a
+//! `Registration` is a counted pointer to the entry, not an `Arc`; the
+//! `registration` module gives the argument). When the entry leaves the
+//! index (invalidated, evicted, merged away), the count moves into the
+//! entry, marked gone, and the put that brings it to zero deregisters it.
+//! At zero the entry stays
 //! registered and goes to the back of the LRU list. Whenever the cache is
 //! over one of its limits (number of live registrations, bytes registered:
 //! [`set_limits`](RegCache::set_limits)), it deregisters idle entries from
@@ -100,11 +108,15 @@
 //! it tries a hint (a two-cell bucket, chosen by page and transport, naming
 //! the nodes that served the last hits there), checks that node against the
 //! request, and otherwise walks the tree and updates the hint with relaxed
-//! stores. The reference count and
-//! the entry's hit counter share one word, taken with one atomic add, so
-//! lookups do not wait for each other. Puts take no index lock: the last
-//! put of an entry takes the (separate) LRU lock to move it to the back of
-//! the list (a doubly linked list in a slab, `O(1)`). Misses are serialised by a miss lock, held while the backend
+//! stores. The reference count and the hit counter share one word, taken
+//! with one atomic add, so lookups do not wait for each other. A put takes
+//! the read lock too (a count moves only under the write lock) and one
+//! atomic subtract; the last put of an entry then releases the read lock and
+//! takes the (separate) LRU lock to move the entry to the back of the list
+//! (a doubly linked list in a slab, `O(1)`). The LRU lock is never requested
+//! while an index lock is held (eviction looks at the index while holding
+//! the LRU lock, never the other way round), so the two cannot deadlock. Misses are serialised by a miss lock, held
+//! while the backend
 //! registers, so that two threads never register the same range twice; they
 //! take the write lock only to insert. Writers take the lock through an
 //! upgradeable read, which holds off new readers, so a stream of hits cannot
