@@ -910,9 +910,9 @@ impl<B: RegistrationBackend> RegCache<B> {
         self.shared.index.read().tree.len()
     }
 
-    /// The counters. Hits are counted on each entry (so that a hit costs a
-    /// single atomic add), which makes this walk the index: `O(n)` under the
-    /// read lock.
+    /// The counters. Hits are counted in each entry's home slot (so that a
+    /// hit costs a single atomic add), which makes this walk the home table:
+    /// `O(n)` under the read lock.
     pub fn stats(&self) -> CacheStats {
         let s = &self.shared;
         let hits = {
