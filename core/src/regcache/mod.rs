@@ -995,6 +995,21 @@ impl<B: RegistrationBackend> Shared<B> {
         if let Some(found) = index.homes.find(first, last, transport, access) {
             return self.take_reference(found.word, found.value);
         }
+        self.lookup_in_tree(&index, first, last, access, transport)
+    }
+
+    /// The rest of the hit path, for lookups the home table does not
+    /// answer: the hint, then the tree. Kept out of line so that the home
+    /// table's path stays short.
+    #[inline(never)]
+    fn lookup_in_tree(
+        &self,
+        index: &Index<B>,
+        first: usize,
+        last: usize,
+        access: Access,
+        transport: TransportId,
+    ) -> Result<Option<Registration<B>>, GetError<B::Error>> {
         let accept = |slot: &Slot<B>| slot.transport == transport && slot.access.contains(access);
         let hint = index.hint(first, self.page_shift, transport);
         let guess = hint.and_then(|bucket| {
@@ -1029,8 +1044,8 @@ impl<B: RegistrationBackend> Shared<B> {
         }
     }
 
-    /// Takes a reference on an entry found in the index (a hit); `index` is
-    /// the read lock the caller found it under.
+    /// Takes a reference on an entry found in the index (a hit), with the
+    /// read lock held.
     #[inline]
     fn take_reference(
         &self,
