@@ -1,10 +1,12 @@
 //! Registration cache: hit latency against the number of live
-//! registrations, and the cost of invalidation.
+//! registrations, and the cost of invalidation; and the machine's memory
+//! floor for a random hit (`regcache_floor`).
 //!
 //! Run: `cargo bench -p fireopal-core --bench regcache -- --measurement-time 3`
 
 use std::convert::Infallible;
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -253,9 +255,37 @@ fn two_threads(c: &mut Criterion) {
     group.finish();
 }
 
+/// A 32-byte slot, aligned like the cache's home slots.
+#[derive(Default)]
+#[repr(align(32))]
+struct FloorSlot([AtomicU64; 4]);
+
+/// The memory floor under the random hits: one atomic add on a random
+/// 32-byte slot of a table as large as the cache's home table (64 bytes per
+/// registration), the slot index taken from a precomputed random list like
+/// the hits' addresses. Not the cache: a reference for reading its figures
+/// on this machine.
+fn floor(c: &mut Criterion) {
+    let mut group = c.benchmark_group("regcache_floor");
+    for &n in &[1_000usize, 1_000_000] {
+        let slots = (2 * n).next_power_of_two();
+        let table: Vec<FloorSlot> = (0..slots).map(|_| FloorSlot::default()).collect();
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let order: Vec<usize> = (0..n).map(|_| rng.next() as usize % slots).collect();
+        group.bench_with_input(BenchmarkId::new("random_atomic_add", n), &n, |b, _| {
+            let mut next = order.iter().cycle();
+            b.iter(|| {
+                let i = *next.next().expect("cycle of a non-empty list");
+                table[black_box(i)].0[0].fetch_add(1, Ordering::Relaxed)
+            });
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).warm_up_time(Duration::from_millis(500));
-    targets = hits, invalidation, two_threads
+    targets = hits, invalidation, two_threads, floor
 }
 criterion_main!(benches);

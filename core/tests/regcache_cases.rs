@@ -449,3 +449,67 @@ fn concurrent_gets_puts_and_invalidations_balance() {
     drop(cache);
     assert_eq!(rec.registered(), rec.deregistered());
 }
+
+#[test]
+fn registrations_held_across_threads_survive_invalidation_and_eviction() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const WORKERS: usize = 2;
+    let config = RegCacheConfig {
+        max_count: 24,
+        merge: false,
+        ..RegCacheConfig::default()
+    };
+    let (cache, rec, t) = cache_with(config);
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for w in 0..WORKERS as u64 {
+            let (cache, rec, done) = (&cache, &rec, &done);
+            s.spawn(move || {
+                // Each worker holds up to eight references at a time, taken
+                // at the first page of 32 one-page registrations (the home
+                // table's path), so invalidations and evictions meet
+                // entries in use.
+                let mut held: Vec<Registration<Recorder>> = Vec::with_capacity(8);
+                let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (w + 1);
+                for _ in 0..20_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let addr = 0x900_0000 + (x % 32) as usize * PAGE + (x >> 40) as usize % 64;
+                    match cache.get(addr, 8, RR, t) {
+                        Ok(reg) => {
+                            assert!(reg.region().base() <= addr);
+                            assert!(rec.is_live(*reg.handle()));
+                            if held.len() == held.capacity() {
+                                let victim = (x >> 20) as usize % held.len();
+                                cache.put(held.swap_remove(victim));
+                            }
+                            held.push(reg);
+                        }
+                        Err(GetError::InvalidatedDuringRegistration) => {}
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                    for reg in &held {
+                        assert!(rec.is_live(*reg.handle()), "held registration deregistered");
+                    }
+                }
+                drop(held);
+                done.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        let (cache, done) = (&cache, &done);
+        s.spawn(move || {
+            let mut i = 0usize;
+            while done.load(Ordering::Relaxed) < WORKERS && i < 10_000_000 {
+                cache.invalidate(0x900_0000 + (i % 32) * PAGE, 1 + (i % 3) * PAGE);
+                i += 1;
+            }
+        });
+    });
+    assert!(rec.log().bad_deregistrations.is_empty());
+    let s = cache.stats();
+    assert_eq!(rec.live_count(), s.live_count);
+    assert!(s.invalidations > 0 && s.hits > 0);
+    drop(cache);
+    assert_eq!(rec.registered(), rec.deregistered());
+}

@@ -26,6 +26,13 @@ enum Op {
         len: usize,
         access: u8,
     },
+    /// A get starting in the first page of a held registration (the home
+    /// table's path), with the same transport and rights.
+    GetAtStart {
+        held: usize,
+        offset: usize,
+        len: usize,
+    },
     Put(usize),
     Invalidate {
         page: usize,
@@ -53,6 +60,8 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (0..TRANSPORTS, 0..PAGES, 0..PAGE, 1..3 * PAGE, 0u8..16).prop_map(
             |(transport, page, offset, len, access)| Op::Get { transport, page, offset, len, access }
         ),
+        4 => (any::<usize>(), 0..PAGE, 1..2 * PAGE)
+            .prop_map(|(held, offset, len)| Op::GetAtStart { held, offset, len }),
         7 => any::<usize>().prop_map(Op::Put),
         3 => (0..PAGES, 0..PAGE, 0..6 * PAGE)
             .prop_map(|(page, offset, len)| Op::Invalidate { page, offset, len }),
@@ -148,42 +157,14 @@ impl World {
                 access,
             } => {
                 let addr = BASE + page * PAGE + offset;
-                let access = Access::from_bits(access);
-                let want = Region::new(addr, len).expect("small region");
-                let candidates: BTreeSet<Key> = self
-                    .cached()
-                    .into_iter()
-                    .filter(|((t, _), (r, a))| {
-                        *t == transport && r.contains(&want) && a.contains(access)
-                    })
-                    .map(|(k, _)| k)
-                    .collect();
-                let registered: u64 = self.recorders.iter().map(Recorder::registered).sum();
-                let before = (self.snapshot(), self.cache.stats(), self.live());
-                match self.cache.get(addr, len, access, self.ids[transport]) {
-                    Ok(reg) => {
-                        let key = self.key(&reg);
-                        prop_assert!(reg.region().contains(&want), "does not cover");
-                        prop_assert_eq!(reg.transport(), self.ids[transport]);
-                        prop_assert!(reg.access().contains(access));
-                        prop_assert!(!self.dead.contains(&key), "invalidated one returned");
-                        let now: u64 = self.recorders.iter().map(Recorder::registered).sum();
-                        if candidates.is_empty() {
-                            prop_assert_eq!(now, registered + 1, "a miss registers once");
-                            self.misses += 1;
-                        } else {
-                            prop_assert_eq!(now, registered, "a hit registered again");
-                            prop_assert!(candidates.contains(&key));
-                            self.hits += 1;
-                        }
-                        self.held.push(reg);
-                    }
-                    Err(GetError::Backend(_)) => {
-                        prop_assert!(candidates.is_empty());
-                        let after = (self.snapshot(), self.cache.stats(), self.live());
-                        prop_assert_eq!(before, after, "failed get changed the cache");
-                    }
-                    Err(e) => return Err(TestCaseError::fail(format!("unexpected {e}"))),
+                self.get(transport, addr, len, Access::from_bits(access))?;
+            }
+            Op::GetAtStart { held, offset, len } => {
+                if !self.held.is_empty() {
+                    let reg = &self.held[held % self.held.len()];
+                    let addr = reg.region().base() + offset;
+                    let (transport, access) = (reg.transport().index(), reg.access());
+                    self.get(transport, addr, len, access)?;
                 }
             }
             Op::Put(i) => {
@@ -222,6 +203,52 @@ impl World {
             Op::Fail { transport, mode } => self.recorders[transport].set_fail(mode),
         }
         self.check()
+    }
+
+    /// One `get`, checked against the model: a hit exactly when a cached
+    /// registration covers the request.
+    fn get(
+        &mut self,
+        transport: usize,
+        addr: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<(), TestCaseError> {
+        let want = Region::new(addr, len).expect("small region");
+        let candidates: BTreeSet<Key> = self
+            .cached()
+            .into_iter()
+            .filter(|((t, _), (r, a))| *t == transport && r.contains(&want) && a.contains(access))
+            .map(|(k, _)| k)
+            .collect();
+        let registered: u64 = self.recorders.iter().map(Recorder::registered).sum();
+        let before = (self.snapshot(), self.cache.stats(), self.live());
+        match self.cache.get(addr, len, access, self.ids[transport]) {
+            Ok(reg) => {
+                let key = self.key(&reg);
+                prop_assert!(reg.region().contains(&want), "does not cover");
+                prop_assert_eq!(reg.transport(), self.ids[transport]);
+                prop_assert!(reg.access().contains(access));
+                prop_assert!(!self.dead.contains(&key), "invalidated one returned");
+                let now: u64 = self.recorders.iter().map(Recorder::registered).sum();
+                if candidates.is_empty() {
+                    prop_assert_eq!(now, registered + 1, "a miss registers once");
+                    self.misses += 1;
+                } else {
+                    prop_assert_eq!(now, registered, "a hit registered again");
+                    prop_assert!(candidates.contains(&key));
+                    self.hits += 1;
+                }
+                self.held.push(reg);
+            }
+            Err(GetError::Backend(_)) => {
+                prop_assert!(candidates.is_empty());
+                let after = (self.snapshot(), self.cache.stats(), self.live());
+                prop_assert_eq!(before, after, "failed get changed the cache");
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("unexpected {e}"))),
+        }
+        Ok(())
     }
 
     fn check(&self) -> Result<(), TestCaseError> {

@@ -554,17 +554,6 @@ impl<T> IntervalTree<T> {
         None
     }
 
-    /// Calls `visit` on every linked value (arena order, not address order).
-    pub(crate) fn for_each(&self, mut visit: impl FnMut(&T)) {
-        for n in &self.nodes {
-            if n.state == SlotState::Linked {
-                if let Some(v) = n.value.as_ref() {
-                    visit(v);
-                }
-            }
-        }
-    }
-
     /// Checks every structural invariant; for tests.
     #[cfg(test)]
     pub(crate) fn check(&self) {

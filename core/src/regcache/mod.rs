@@ -54,10 +54,31 @@
 //! this range" in `O(log n + k)` for `k` answers, and "which entry covers
 //! this range" by one descent in the usual case.
 //!
+//! In front of the tree sits the *home table*: an open-addressed hash table
+//! (linear probing, at most half full, 32-byte slots) in which every entry
+//! of the tree has exactly one slot, keyed by the first page of its region
+//! and its transport, holding the region, transport, access and reference
+//! count next to a pointer to the entry. A lookup whose first byte lies in the first page of a covering
+//! registration (the common case: a buffer looked up again, registered
+//! rounded down from its own start) is answered from one slot without
+//! touching the tree. Neighbouring pages have neighbouring slots, so lookups
+//! in address order stay on the same cache lines. Other lookups (inside a
+//! registration that starts on an earlier page, such as a merged one) go to
+//! a hint table and then to the tree. The home table grows with the tree's
+//! arena, from storage allocated with no lock held.
+//!
 //! # Reference counts and the LRU list
 //!
 //! Each [`Registration`] holds one reference; [`put`](RegCache::put) (or
-//! dropping the registration) gives it back. At zero the entry stays
+//! dropping the registration) gives it back. While an entry is in the index
+//! its reference count lives in its home slot, in one word with the
+//! transport, the access rights and a hit counter, so that a hit reads and
+//! writes a single 32-byte slot and never touches the entry itself (a
+//! `Registration` is a counted pointer to the entry, not an `Arc`; the
+//! `registration` module gives the argument). When the entry leaves the
+//! index (invalidated, evicted, merged away), the count moves into the
+//! entry, marked gone, and the put that brings it to zero deregisters it.
+//! At zero the entry stays
 //! registered and goes to the back of the LRU list. Whenever the cache is
 //! over one of its limits (number of live registrations, bytes registered:
 //! [`set_limits`](RegCache::set_limits)), it deregisters idle entries from
@@ -83,14 +104,19 @@
 //! # Concurrency
 //!
 //! The index sits behind a `spin` read-write lock. A hit takes only the read
-//! lock and allocates nothing: it first tries a hint (a two-cell bucket,
-//! chosen by page and transport, naming the nodes that served the last hits
-//! there), checks that node against the request, and otherwise walks the
-//! tree and updates the hint with relaxed stores. The reference count and
-//! the entry's hit counter share one word, taken with one atomic add, so
-//! lookups do not wait for each other. Puts take no index lock: the last
-//! put of an entry takes the (separate) LRU lock to move it to the back of
-//! the list (a doubly linked list in a slab, `O(1)`). Misses are serialised by a miss lock, held while the backend
+//! lock and allocates nothing: it first probes the home table; failing that
+//! it tries a hint (a two-cell bucket, chosen by page and transport, naming
+//! the nodes that served the last hits there), checks that node against the
+//! request, and otherwise walks the tree and updates the hint with relaxed
+//! stores. The reference count and the hit counter share one word, taken
+//! with one atomic add, so lookups do not wait for each other. A put takes
+//! the read lock too (a count moves only under the write lock) and one
+//! atomic subtract; the last put of an entry then releases the read lock and
+//! takes the (separate) LRU lock to move the entry to the back of the list
+//! (a doubly linked list in a slab, `O(1)`). The LRU lock is never requested
+//! while an index lock is held (eviction looks at the index while holding
+//! the LRU lock, never the other way round), so the two cannot deadlock. Misses are serialised by a miss lock, held
+//! while the backend
 //! registers, so that two threads never register the same range twice; they
 //! take the write lock only to insert. Writers take the lock through an
 //! upgradeable read, which holds off new readers, so a stream of hits cannot
@@ -131,8 +157,10 @@
 //! assert_eq!(cache.stats().live_count, 0);
 //! ```
 
+mod home;
 mod interval_tree;
 mod lru;
+mod registration;
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -142,28 +170,36 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use spin::{Mutex, RwLock, RwLockWriteGuard};
 
+use home::HomeTable;
 use interval_tree::{IntervalTree, NodeId};
 use lru::LruList;
+pub use registration::Registration;
+use registration::Released;
 
 /// Page size used when none is given.
 pub const DEFAULT_PAGE_SIZE: usize = 4096;
 
-// An entry's state word: reference count (bits 0..24), GONE (bit 24), and
-// hits taken on it (bits 25..64), so that a hit is a single atomic add.
-/// Mask of the reference count in an entry's state word.
-const REFS_MASK: u64 = (1 << 24) - 1;
+// While an entry is in the index its reference count and hits live in the
+// word of its home slot (see `home`), and its own state word holds only
+// HOMED. When it leaves the index the count moves into its state word,
+// marked GONE.
+/// Mask of a reference count (in a home slot's word or an entry's state).
+const REFS_MASK: u64 = home::REFS_MASK;
 /// Entry state flag: the entry has left the index (invalidated, evicted,
-/// merged away, or the cache was dropped). Whoever sees its reference count
-/// reach zero with this flag set deregisters it.
+/// merged away, or the cache was dropped); the low bits are its reference
+/// count. Whoever brings that count to zero deregisters it.
 const GONE: u64 = 1 << 24;
-/// One hit in an entry's state word.
-const HIT_ONE: u64 = 1 << 25;
+/// Entry state flag: the entry is in the index and its count lives in its
+/// home slot.
+const HOMED: u64 = 1 << 62;
+/// One hit in a home slot's word.
+const HIT_ONE: u64 = home::HIT_ONE;
 /// More references than this on one entry are refused rather than risk the
-/// count running into the flag.
+/// count running into the fields above it.
 const MAX_REFS: u64 = 1 << 23;
-/// An entry's hit field is moved to the cache-wide counter when it reaches
-/// this, long before it could wrap (the field holds 39 bits).
-const HIT_HARVEST: u64 = 1 << 37;
+/// A slot's hit field is moved to the cache-wide counter when it reaches
+/// this, long before it could wrap (the field holds 16 bits).
+const HIT_HARVEST: u64 = 1 << 15;
 /// Invalidations remembered so that a registration made while one ran can
 /// be checked against it.
 const RECENT_INVALIDATIONS: usize = 8;
@@ -475,8 +511,14 @@ pub struct RegistrationInfo {
 }
 
 /// One registration, shared by the index, the LRU list and its users.
+///
+/// Owned through `Arc`s by the tree, its home slot and the LRU list; a
+/// [`Registration`] holds a plain pointer, kept valid by the count it adds
+/// to (see the `registration` module). When an entry leaves the index while
+/// in use, its home slot's `Arc` passes to its users, and the last of them
+/// gives it back.
 struct Entry<B: RegistrationBackend> {
-    /// Reference count (low 32 bits) and [`GONE`].
+    /// [`HOMED`] while in the index; then [`GONE`] and the reference count.
     state: AtomicU64,
     /// Its slot in the LRU list, or `lru::NIL`; only touched under the LRU
     /// lock.
@@ -514,6 +556,9 @@ struct Index<B: RegistrationBackend> {
     /// under the read lock. Sized with the arena (a power of two), grown
     /// with it.
     hints: Vec<[AtomicU32; 2]>,
+    /// Every entry in the tree, by first page and transport: where a hit
+    /// looks first (see the `home` module).
+    homes: HomeTable<Arc<Entry<B>>>,
 }
 
 impl<B: RegistrationBackend> Index<B> {
@@ -561,12 +606,53 @@ impl<B: RegistrationBackend> Index<B> {
         let Some(slot) = self.tree.get(id) else {
             return false;
         };
-        let old = slot.entry.state.fetch_or(GONE, Ordering::AcqRel);
-        self.retired_hits += old / HIT_ONE;
-        let idle = old & REFS_MASK == 0;
+        let idle = unhome(&mut self.homes, &mut self.retired_hits, &slot.entry) == 0;
         self.tree.retire(id, idle);
         idle
     }
+
+    /// References held on an indexed or gone entry.
+    fn refs(&self, entry: &Arc<Entry<B>>) -> u64 {
+        let state = entry.state.load(Ordering::Acquire);
+        if state & HOMED == 0 {
+            return state & REFS_MASK;
+        }
+        self.homes
+            .locate(entry.region.first, entry.transport, |e| {
+                Arc::ptr_eq(e, entry)
+            })
+            .map_or(0, |found| home::refs_of(found.word.load(Ordering::Acquire)))
+    }
+}
+
+/// Takes an indexed entry out of the home table (under the write lock): its
+/// count moves into its own state word, marked [`GONE`], and its hits into
+/// `retired_hits`. Returns the references it held. If there were any, the
+/// home slot's `Arc` passes to the users, to be given back by the last put;
+/// otherwise it is dropped here, which frees nothing since the tree still
+/// holds the entry.
+fn unhome<B: RegistrationBackend>(
+    homes: &mut HomeTable<Arc<Entry<B>>>,
+    retired_hits: &mut u64,
+    entry: &Arc<Entry<B>>,
+) -> u64 {
+    let Some((word, home_ref)) = homes.remove(entry.region.first, entry.transport, |e| {
+        Arc::ptr_eq(e, entry)
+    }) else {
+        // Not reached: every indexed entry has its home.
+        debug_assert!(false, "indexed entry without a home slot");
+        entry.state.store(GONE, Ordering::Release);
+        return 0;
+    };
+    *retired_hits += home::hits_of(word);
+    let refs = home::refs_of(word);
+    entry.state.store(GONE | refs, Ordering::Release);
+    if refs > 0 {
+        let _users_share = Arc::into_raw(home_ref);
+    } else {
+        drop(home_ref);
+    }
+    refs
 }
 
 /// The LRU list: entries in the order of their last put. An entry is listed
@@ -613,61 +699,6 @@ struct Shared<B: RegistrationBackend> {
     next_id: AtomicU64,
 }
 
-/// A reference to a cached registration, returned by [`RegCache::get`].
-///
-/// Hand it back with [`RegCache::put`]; dropping it does the same. While it
-/// is held the registration is never deregistered, even if its memory is
-/// invalidated (then it is deregistered when the last reference goes).
-#[must_use = "dropping a registration releases it at once"]
-pub struct Registration<B: RegistrationBackend> {
-    entry: Arc<Entry<B>>,
-}
-
-impl<B: RegistrationBackend> Registration<B> {
-    /// The registered pages (they cover the requested range).
-    pub fn region(&self) -> Region {
-        self.entry.region
-    }
-
-    /// The transport that made this registration.
-    pub fn transport(&self) -> TransportId {
-        self.entry.transport
-    }
-
-    /// The rights it was registered with (at least those requested).
-    pub fn access(&self) -> Access {
-        self.entry.access
-    }
-
-    /// The backend's handle (keys, mapping...).
-    pub fn handle(&self) -> &B::Handle {
-        &self.entry.handle
-    }
-
-    /// Unique id of the registration within its cache: two `get`s that
-    /// return the same registration return the same id.
-    pub fn id(&self) -> u64 {
-        self.entry.id
-    }
-}
-
-impl<B: RegistrationBackend> Drop for Registration<B> {
-    fn drop(&mut self) {
-        self.entry.shared.release(&self.entry);
-    }
-}
-
-impl<B: RegistrationBackend> fmt::Debug for Registration<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Registration")
-            .field("id", &self.entry.id)
-            .field("region", &self.entry.region)
-            .field("transport", &self.entry.transport)
-            .field("access", &self.entry.access)
-            .finish_non_exhaustive()
-    }
-}
-
 /// The registration cache. See the [module documentation](self).
 pub struct RegCache<B: RegistrationBackend> {
     shared: Arc<Shared<B>>,
@@ -706,6 +737,7 @@ impl<B: RegistrationBackend> RegCache<B> {
                 recent: [(0, 0); RECENT_INVALIDATIONS],
                 retired_hits: 0,
                 hints: Vec::new(),
+                homes: HomeTable::new(config.page_size.trailing_zeros()),
             })),
             lru: Padded(Mutex::new(Lru {
                 list: LruList::new(),
@@ -817,7 +849,7 @@ impl<B: RegistrationBackend> RegCache<B> {
                         total += 1;
                         if out.len() < out.capacity() {
                             // Fits: pushing does not allocate under the lock.
-                            out.push(slot.entry.info());
+                            out.push(slot.entry.info(index.refs(&slot.entry)));
                         }
                         true
                     });
@@ -878,17 +910,15 @@ impl<B: RegistrationBackend> RegCache<B> {
         self.shared.index.read().tree.len()
     }
 
-    /// The counters. Hits are counted on each entry (so that a hit costs a
-    /// single atomic add), which makes this walk the index: `O(n)` under the
-    /// read lock.
+    /// The counters. Hits are counted in each entry's home slot (so that a
+    /// hit costs a single atomic add), which makes this walk the home table:
+    /// `O(n)` under the read lock.
     pub fn stats(&self) -> CacheStats {
         let s = &self.shared;
         let hits = {
             let index = s.index.read();
             let mut hits = index.retired_hits;
-            index
-                .tree
-                .for_each(|slot| hits += slot.entry.state.load(Ordering::Relaxed) / HIT_ONE);
+            index.homes.for_each(|word, _| hits += home::hits_of(word));
             hits
         };
         CacheStats {
@@ -926,13 +956,13 @@ impl<B: RegistrationBackend> Drop for RegCache<B> {
 }
 
 impl<B: RegistrationBackend> Entry<B> {
-    fn info(&self) -> RegistrationInfo {
+    fn info(&self, refs: u64) -> RegistrationInfo {
         RegistrationInfo {
             id: self.id,
             region: self.region,
             transport: self.transport,
             access: self.access,
-            refs: (self.state.load(Ordering::Relaxed) & REFS_MASK) as u32,
+            refs: (refs & REFS_MASK) as u32,
         }
     }
 
@@ -962,6 +992,24 @@ impl<B: RegistrationBackend> Shared<B> {
         transport: TransportId,
     ) -> Result<Option<Registration<B>>, GetError<B::Error>> {
         let index = self.index.read();
+        if let Some(found) = index.homes.find(first, last, transport, access) {
+            return self.take_reference(found.word, found.value);
+        }
+        self.lookup_in_tree(&index, first, last, access, transport)
+    }
+
+    /// The rest of the hit path, for lookups the home table does not
+    /// answer: the hint, then the tree. Kept out of line so that the home
+    /// table's path stays short.
+    #[inline(never)]
+    fn lookup_in_tree(
+        &self,
+        index: &Index<B>,
+        first: usize,
+        last: usize,
+        access: Access,
+        transport: TransportId,
+    ) -> Result<Option<Registration<B>>, GetError<B::Error>> {
         let accept = |slot: &Slot<B>| slot.transport == transport && slot.access.contains(access);
         let hint = index.hint(first, self.page_shift, transport);
         let guess = hint.and_then(|bucket| {
@@ -985,13 +1033,32 @@ impl<B: RegistrationBackend> Shared<B> {
                 slot
             }
         };
+        match index
+            .homes
+            .locate(slot.entry.region.first, slot.transport, |e| {
+                Arc::ptr_eq(e, &slot.entry)
+            }) {
+            Some(found) => self.take_reference(found.word, found.value),
+            // Not reached: every indexed entry has its home.
+            None => Ok(None),
+        }
+    }
+
+    /// Takes a reference on an entry found in the index (a hit), with the
+    /// read lock held.
+    #[inline]
+    fn take_reference(
+        &self,
+        word: &AtomicU64,
+        entry: &Arc<Entry<B>>,
+    ) -> Result<Option<Registration<B>>, GetError<B::Error>> {
         // Entries in the index are never gone, and nothing can mark one gone
         // while the read lock is held, so a plain add is enough; it counts
         // the hit too. Relaxed: the lock orders it against eviction, which
         // looks under the write lock.
-        let old = slot.entry.state.fetch_add(1 + HIT_ONE, Ordering::Relaxed);
+        let old = word.fetch_add(1 + HIT_ONE, Ordering::Relaxed);
         if old & REFS_MASK >= MAX_REFS {
-            slot.entry.state.fetch_sub(1 + HIT_ONE, Ordering::Relaxed);
+            word.fetch_sub(1 + HIT_ONE, Ordering::Relaxed);
             return Err(GetError::TooManyReferences);
         }
         if old / HIT_ONE == HIT_HARVEST {
@@ -999,14 +1066,10 @@ impl<B: RegistrationBackend> Shared<B> {
             // grows between harvests, so exactly one hit sees this value
             // and does the harvest (concurrent hits under the read lock
             // cannot both take it).
-            slot.entry
-                .state
-                .fetch_sub(HIT_HARVEST * HIT_ONE, Ordering::Relaxed);
+            word.fetch_sub(HIT_HARVEST * HIT_ONE, Ordering::Relaxed);
             self.hits.fetch_add(HIT_HARVEST, Ordering::Relaxed);
         }
-        let entry = Arc::clone(&slot.entry);
-        drop(index);
-        Ok(Some(Registration { entry }))
+        Ok(Some(Registration::new(entry)))
     }
 
     /// The miss path; see the module documentation.
@@ -1035,7 +1098,7 @@ impl<B: RegistrationBackend> Shared<B> {
             let (seq, region, swallow) = {
                 let index = self.index.read();
                 let (f, l, swallow) = if merge {
-                    plan_merge(&index.tree, pfirst, plast, transport, access)
+                    plan_merge(&index, pfirst, plast, transport, access)
                 } else {
                     (pfirst, plast, false)
                 };
@@ -1057,7 +1120,8 @@ impl<B: RegistrationBackend> Shared<B> {
             self.live_count.fetch_add(1, Ordering::Relaxed);
             self.live_bytes.fetch_add(region.len(), Ordering::Relaxed);
             let entry = Arc::new(Entry {
-                state: AtomicU64::new(1),
+                // The caller's reference is counted in the home slot.
+                state: AtomicU64::new(HOMED),
                 lru_slot: AtomicU32::new(lru::NIL),
                 node: AtomicU32::new(0),
                 region,
@@ -1068,10 +1132,11 @@ impl<B: RegistrationBackend> Shared<B> {
                 shared: Arc::clone(self),
             });
             if self.commit(&entry, seq, swallow) {
+                let reg = Registration::new(&entry);
                 self.drain_retired(None);
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 self.evict_over_limits();
-                return Ok(Registration { entry });
+                return Ok(reg);
             }
             // The memory was invalidated while we registered it: the new
             // registration may describe pages that are gone. Undo and retry.
@@ -1093,14 +1158,14 @@ impl<B: RegistrationBackend> Shared<B> {
             if index.invalidated_since(seq, first, last) {
                 return false;
             }
-            if !index.tree.has_spare_slot() {
+            if !index.tree.has_spare_slot() || !index.homes.has_room_for(1) {
                 // Only misses insert and they are serialised, so the slot
                 // reserved above is still there; stay correct regardless.
                 continue;
             }
             if swallow {
                 let mut swallowed = 0u64;
-                while let Some(id) = find_swallowable(&index.tree, entry) {
+                while let Some(id) = find_swallowable(&index, entry) {
                     index.retire(id);
                     swallowed += 1;
                 }
@@ -1114,6 +1179,16 @@ impl<B: RegistrationBackend> Shared<B> {
             match index.tree.insert(first, last, slot) {
                 Ok(id) => {
                     entry.node.store(id.raw(), Ordering::Relaxed);
+                    // Room was checked above; the clone is an atomic add.
+                    let _ = index.homes.insert(
+                        first,
+                        last,
+                        entry.transport,
+                        entry.access,
+                        1,
+                        Arc::clone(entry),
+                    );
+                    debug_assert_eq!(index.homes.len(), index.tree.len());
                     if let Some([recent, older]) =
                         index.hint(first, self.page_shift, entry.transport)
                     {
@@ -1138,31 +1213,37 @@ impl<B: RegistrationBackend> Shared<B> {
         loop {
             let capacity = {
                 let index = self.index.read();
-                if index.tree.has_spare_slot() {
+                if index.tree.has_spare_slot() && index.homes.has_room_for(1) {
                     return;
                 }
                 index.tree.capacity()
             };
             let capacity = capacity.saturating_mul(2).max(64);
             let storage = IntervalTree::new_storage(capacity);
+            // Twice the arena, so the home table stays at most half full.
+            let homes = HomeTable::new_storage(capacity.saturating_mul(2));
             // Two buckets (four cells) per slot; a fresh table starts empty
             // (guesses are rebuilt by the next lookups).
             let mut hints = Vec::new();
             hints.resize_with(capacity.saturating_mul(2).next_power_of_two(), || {
                 [AtomicU32::new(u32::MAX), AtomicU32::new(u32::MAX)]
             });
-            let (old_storage, old_hints) = {
+            let (old_storage, old_hints, old_homes) = {
                 let mut index = self.write_index();
                 let old_storage = index.tree.adopt_storage(storage);
+                // Moves the entries over: O(n) under the lock, once per
+                // doubling, and nothing allocated or freed.
+                let old_homes = index.homes.adopt(homes);
                 let old_hints = if hints.len() > index.hints.len() {
                     core::mem::replace(&mut index.hints, hints)
                 } else {
                     hints
                 };
-                (old_storage, old_hints)
+                (old_storage, old_hints, old_homes)
             };
             drop(old_storage);
             drop(old_hints);
+            drop(old_homes);
         }
     }
 
@@ -1213,26 +1294,48 @@ impl<B: RegistrationBackend> Shared<B> {
             .fetch_sub(entry.region.len(), Ordering::Relaxed);
     }
 
-    /// Gives back one reference (a put).
-    fn release(&self, entry: &Arc<Entry<B>>) {
-        let old = entry.state.fetch_sub(1, Ordering::AcqRel);
-        if old & REFS_MASK != 1 {
-            return;
-        }
-        if old & GONE != 0 {
+    /// Gives back one reference (a put). Takes the read lock, so that the
+    /// count stays where it is looked up (an entry's count moves out of its
+    /// home slot only under the write lock).
+    fn release(&self, entry: &Entry<B>) -> Released {
+        let index = self.index.read();
+        if entry.state.load(Ordering::Acquire) & HOMED == 0 {
+            // Out of the index: the count is in the entry, marked gone.
+            let old = entry.state.fetch_sub(1, Ordering::AcqRel);
+            drop(index);
+            if old & REFS_MASK != 1 {
+                return Released::Done;
+            }
             // Invalidated while in use; this was the last reference.
             self.deregister(entry);
-            return;
+            return Released::Last;
         }
+        let Some(found) = index
+            .homes
+            .locate(entry.region.first, entry.transport, |e| {
+                core::ptr::eq(Arc::as_ptr(e), entry)
+            })
+        else {
+            // Not reached: an entry marked as homed has its home.
+            return Released::Done;
+        };
+        let old = found.word.fetch_sub(1, Ordering::AcqRel);
+        if old & REFS_MASK != 1 {
+            return Released::Done;
+        }
+        // Idle now: list it as the most recently used. The clone keeps it
+        // alive for that once the read lock is released.
+        let entry = Arc::clone(found.value);
+        drop(index);
         let swept = {
             let mut lru = self.lru.lock();
             if lru.closed {
-                return;
+                return Released::Done;
             }
             let slot = entry.lru_slot.load(Ordering::Relaxed);
             if slot != lru::NIL {
                 lru.list.move_to_back(slot);
-            } else if let Some(slot) = lru.list.push_back(Arc::clone(entry)) {
+            } else if let Some(slot) = lru.list.push_back(Arc::clone(&entry)) {
                 entry.lru_slot.store(slot, Ordering::Relaxed);
             }
             // Entries that left the index stay listed until met; sweep them
@@ -1251,7 +1354,9 @@ impl<B: RegistrationBackend> Shared<B> {
             }
         };
         drop(swept);
+        drop(entry);
         self.evict_over_limits();
+        Released::Done
     }
 
     fn over_limits(&self) -> bool {
@@ -1261,91 +1366,68 @@ impl<B: RegistrationBackend> Shared<B> {
 
     /// Deregisters least recently used idle entries while over the limits.
     fn evict_over_limits(&self) {
-        enum Front<E> {
-            Empty,
-            /// In use or out of the index: unlinked, to be dropped unlocked.
-            Stale(Option<E>),
-            Idle(E),
-        }
         while self.over_limits() {
             let front = {
-                let mut lru = self.lru.lock();
-                match lru.list.front() {
-                    None => Front::Empty,
-                    Some((_, entry)) if is_idle(entry) => Front::Idle(Arc::clone(entry)),
-                    Some((slot, _)) => {
-                        let stale = lru.list.remove(slot);
-                        if let Some(e) = &stale {
-                            e.lru_slot.store(lru::NIL, Ordering::Relaxed);
-                        }
-                        Front::Stale(stale)
-                    }
-                }
+                let lru = self.lru.lock();
+                lru.list.front().map(|(_, entry)| Arc::clone(entry))
             };
-            let entry = match front {
-                Front::Empty => return,
-                Front::Stale(stale) => {
-                    drop(stale);
-                    continue;
-                }
-                Front::Idle(entry) => entry,
+            let Some(entry) = front else {
+                return;
             };
-            let (removed, in_index) = {
+            let (evicted, in_index) = {
                 let mut index = self.write_index();
-                // No reference can be taken while we hold the write lock, so
-                // an idle entry stays idle until it is marked gone.
+                // No reference can be taken or given back while we hold the
+                // write lock, so an idle entry stays idle until it is gone.
                 let id = entry.node_id();
                 let in_index = index
                     .tree
                     .get(id)
                     .is_some_and(|slot| Arc::ptr_eq(&slot.entry, &entry));
-                if in_index && is_idle(&entry) {
-                    let old = entry.state.fetch_or(GONE, Ordering::AcqRel);
-                    index.retired_hits += old / HIT_ONE;
+                if in_index && index.refs(&entry) == 0 {
+                    let index = &mut *index;
+                    unhome(&mut index.homes, &mut index.retired_hits, &entry);
                     (index.tree.remove(id), true)
                 } else {
                     (None, in_index)
                 }
             };
-            // Out of the list if evicted (or somehow not in the index). If a
-            // hit took it meanwhile, it stays: met again at the front as in
-            // use, or moved to the back by its put.
-            let listed = if removed.is_some() || !in_index {
+            // Out of the list if evicted or no longer in the index. If it is
+            // in use, it leaves the list too and comes back at its last put;
+            // that is checked again here, under the list lock, since a put
+            // may have made it idle (and moved it to the back) meanwhile.
+            let unlisted = {
                 let mut lru = self.lru.lock();
-                let slot = entry.lru_slot.swap(lru::NIL, Ordering::Relaxed);
-                if slot == lru::NIL {
-                    None
-                } else {
+                let drop_it = evicted.is_some()
+                    || !in_index
+                    || (!lru.closed && self.index.read().refs(&entry) > 0);
+                let slot = entry.lru_slot.load(Ordering::Relaxed);
+                if drop_it && slot != lru::NIL {
+                    entry.lru_slot.store(lru::NIL, Ordering::Relaxed);
                     lru.list.remove(slot)
+                } else {
+                    None
                 }
-            } else {
-                None
             };
-            if let Some(slot) = removed {
+            if let Some(slot) = evicted {
                 self.deregister(&entry);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
                 drop(slot);
             }
-            drop(listed);
+            drop(unlisted);
+            drop(entry);
         }
     }
-}
-
-/// Whether an entry is in the index with no reference.
-fn is_idle<B: RegistrationBackend>(entry: &Entry<B>) -> bool {
-    entry.state.load(Ordering::Acquire) & (REFS_MASK | GONE) == 0
 }
 
 /// Whether an indexed entry may be merged into a new registration of this
 /// transport and access.
 fn mergeable<B: RegistrationBackend>(
+    index: &Index<B>,
     slot: &Slot<B>,
     transport: TransportId,
     access: Access,
 ) -> bool {
-    slot.transport == transport
-        && slot.access == access
-        && slot.entry.state.load(Ordering::Acquire) & REFS_MASK == 0
+    slot.transport == transport && slot.access == access && index.refs(&slot.entry) == 0
 }
 
 /// Widens `[first, last]` over idle mergeable entries that overlap or touch
@@ -1353,7 +1435,7 @@ fn mergeable<B: RegistrationBackend>(
 /// (to be swallowed by the new registration). Never returns the whole
 /// address space.
 fn plan_merge<B: RegistrationBackend>(
-    tree: &IntervalTree<Slot<B>>,
+    index: &Index<B>,
     first: usize,
     last: usize,
     transport: TransportId,
@@ -1363,14 +1445,18 @@ fn plan_merge<B: RegistrationBackend>(
     let mut any = false;
     loop {
         let (mut nf, mut nl) = (f, l);
-        tree.for_each_overlapping(f.saturating_sub(1), l.saturating_add(1), |_, a, b, slot| {
-            if mergeable(slot, transport, access) {
-                nf = nf.min(a);
-                nl = nl.max(b);
-                any = true;
-            }
-            true
-        });
+        index.tree.for_each_overlapping(
+            f.saturating_sub(1),
+            l.saturating_add(1),
+            |_, a, b, slot| {
+                if mergeable(index, slot, transport, access) {
+                    nf = nf.min(a);
+                    nl = nl.max(b);
+                    any = true;
+                }
+                true
+            },
+        );
         if (nf, nl) == (f, l) || (nf == 0 && nl == usize::MAX) {
             return (f, l, any);
         }
@@ -1379,18 +1465,17 @@ fn plan_merge<B: RegistrationBackend>(
 }
 
 /// An idle entry the new (merged) entry covers and can swallow.
-fn find_swallowable<B: RegistrationBackend>(
-    tree: &IntervalTree<Slot<B>>,
-    entry: &Entry<B>,
-) -> Option<NodeId> {
+fn find_swallowable<B: RegistrationBackend>(index: &Index<B>, entry: &Entry<B>) -> Option<NodeId> {
     let mut found = None;
     let (first, last) = (entry.region.first, entry.region.last);
-    tree.for_each_overlapping(first, last, |id, a, b, slot| {
-        if a >= first && b <= last && mergeable(slot, entry.transport, entry.access) {
-            found = Some(id);
-            return false;
-        }
-        true
-    });
+    index
+        .tree
+        .for_each_overlapping(first, last, |id, a, b, slot| {
+            if a >= first && b <= last && mergeable(index, slot, entry.transport, entry.access) {
+                found = Some(id);
+                return false;
+            }
+            true
+        });
     found
 }
