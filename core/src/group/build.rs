@@ -147,7 +147,7 @@ fn pick(choices: &[Choice], forced: Option<Representation>) -> Option<Choice> {
     let pool = || {
         choices
             .iter()
-            .filter(move |c| forced.map_or(true, |kind| c.kind == kind))
+            .filter(move |c| forced.is_none_or(|kind| c.kind == kind))
     };
     let least = pool().map(|c| c.bytes).min()?;
     let bound = least
