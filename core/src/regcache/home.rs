@@ -225,23 +225,11 @@ impl<T> HomeTable<T> {
         transport: TransportId,
         access: Access,
     ) -> Option<Found<'_, T>> {
-        let mask = self.slots.len().wrapping_sub(1);
-        let mut i = self.start(first, transport);
-        for _ in 0..self.slots.len() {
-            let slot = self.slots.get(i)?;
-            let value = slot.value.as_ref()?;
-            if slot.first <= first
+        self.probe(first, transport, |slot, _| {
+            slot.first <= first
                 && last <= slot.last
                 && serves(slot.word.load(Ordering::Relaxed), transport, access)
-            {
-                return Some(Found {
-                    word: &slot.word,
-                    value,
-                });
-            }
-            i = (i + 1) & mask;
-        }
-        None
+        })
     }
 
     /// The slot of the value `is_it` picks among those of registrations
@@ -252,12 +240,26 @@ impl<T> HomeTable<T> {
         transport: TransportId,
         mut is_it: impl FnMut(&T) -> bool,
     ) -> Option<Found<'_, T>> {
+        self.probe(first, transport, |slot, value| {
+            slot.first == first && slot.transport() == transport && is_it(value)
+        })
+    }
+
+    /// The first slot `pick` accepts, probing from the home of (`first`,
+    /// `transport`) up to the first empty slot.
+    #[inline(always)]
+    fn probe(
+        &self,
+        first: usize,
+        transport: TransportId,
+        mut pick: impl FnMut(&HomeSlot<T>, &T) -> bool,
+    ) -> Option<Found<'_, T>> {
         let mask = self.slots.len().wrapping_sub(1);
         let mut i = self.start(first, transport);
         for _ in 0..self.slots.len() {
             let slot = self.slots.get(i)?;
             let value = slot.value.as_ref()?;
-            if slot.first == first && slot.transport() == transport && is_it(value) {
+            if pick(slot, value) {
                 return Some(Found {
                     word: &slot.word,
                     value,

@@ -1098,12 +1098,24 @@ impl Messenger {
         // keeps mapped until freed; the caller keeps it unfreed until the
         // send completes.
         let region = unsafe { MemRegion::new(buffer.region.as_ptr(), len) };
+        self.send_in_place_on(i, peer, tag, header, region)
+    }
+
+    /// `send_in_place` on module `i`, tracking the completion.
+    fn send_in_place_on(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: MemRegion,
+    ) -> Result<SendTicket, SendError> {
         let cookie = self.next_cookie;
         let slot = &mut self.slots[i];
         slot.active = true;
         match slot
             .module
-            .send_in_place(peer, tag, RSlice::from_slice(header), region, cookie)
+            .send_in_place(peer, tag, RSlice::from_slice(header), payload, cookie)
             .into_result()
             .map_err(SendError::Module)?
         {
@@ -1249,17 +1261,6 @@ impl Messenger {
             let bytes = unsafe { std::slice::from_raw_parts(payload.as_ptr(), payload.len()) };
             return self.send(peer, tag, header, bytes);
         }
-        let cookie = self.next_cookie;
-        let slot = &mut self.slots[i];
-        slot.active = true;
-        match slot
-            .module
-            .send_in_place(peer, tag, RSlice::from_slice(header), payload, cookie)
-            .into_result()
-            .map_err(SendError::Module)?
-        {
-            Completion::Done => Ok(SendTicket::Done),
-            Completion::Pending => Ok(self.track_pending(cookie)),
-        }
+        self.send_in_place_on(i, peer, tag, header, payload)
     }
 }
