@@ -21,7 +21,18 @@ pub(crate) struct Frag<'a> {
     pub(crate) parts: [&'a [u8]; 3],
 }
 
-impl Frag<'_> {
+impl<'a> Frag<'a> {
+    /// A control fragment of the transport itself: no tag, no host
+    /// header, one encoded message as its only part.
+    pub(crate) fn control(kind: Kind, body: &'a [u8]) -> Self {
+        Frag {
+            kind,
+            tag: 0,
+            hdr_len: 0,
+            parts: [body, &[], &[]],
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.parts[0].len() + self.parts[1].len() + self.parts[2].len()
     }

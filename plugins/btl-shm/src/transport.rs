@@ -987,12 +987,7 @@ impl State {
             len: seg.len,
         }
         .encode();
-        let frag = Frag {
-            kind: Kind::Unmap,
-            tag: 0,
-            hdr_len: 0,
-            parts: [&notice, &[], &[]],
-        };
+        let frag = Frag::control(Kind::Unmap, &notice);
         for p in self.active.clone() {
             // A failing peer is reported through the event queue.
             let _ = self.emit(p, &frag, None);
@@ -1137,12 +1132,7 @@ impl State {
                         status: Status::Refused,
                     }
                     .encode();
-                    let frag = Frag {
-                        kind: Kind::GetData,
-                        tag: 0,
-                        hdr_len: 0,
-                        parts: [&refusal, &[], &[]],
-                    };
+                    let frag = Frag::control(Kind::GetData, &refusal);
                     return self.write_now(p, local, &frag);
                 }
                 while *sent < *len {
@@ -1499,12 +1489,7 @@ impl State {
                     .ok_or(Malformed::Inconsistent("rendezvous header length"))?;
                 let status = self.receive_rts(p, rank, tag, header, &rts, sink);
                 let fin = Fin { id: rts.id, status }.encode();
-                let frag = Frag {
-                    kind: Kind::Fin,
-                    tag: 0,
-                    hdr_len: 0,
-                    parts: [&fin, &[], &[]],
-                };
+                let frag = Frag::control(Kind::Fin, &fin);
                 let _ = self.emit(p, &frag, None);
                 Ok(usize::from(status == Status::Ok))
             }
@@ -1588,12 +1573,7 @@ impl State {
                         status: Status::Refused,
                     }
                     .encode();
-                    let frag = Frag {
-                        kind: Kind::GetData,
-                        tag: 0,
-                        hdr_len: 0,
-                        parts: [&refusal, &[], &[]],
-                    };
+                    let frag = Frag::control(Kind::GetData, &refusal);
                     let _ = self.emit(p, &frag, None);
                 }
                 Ok(0)
@@ -1661,12 +1641,7 @@ impl State {
                         status: if ok { Status::Ok } else { Status::Refused },
                     }
                     .encode();
-                    let frag = Frag {
-                        kind: Kind::PutAck,
-                        tag: 0,
-                        hdr_len: 0,
-                        parts: [&ack, &[], &[]],
-                    };
+                    let frag = Frag::control(Kind::PutAck, &ack);
                     let _ = self.emit(p, &frag, None);
                 }
                 Ok(0)
@@ -2398,12 +2373,7 @@ impl ShmTransport {
                 reg: key.reg,
             }
             .encode();
-            let frag = Frag {
-                kind: Kind::GetRequest,
-                tag: 0,
-                hdr_len: 0,
-                parts: [&req, &[], &[]],
-            };
+            let frag = Frag::control(Kind::GetRequest, &req);
             if let Err(e) = self.st.emit(p, &frag, None) {
                 self.st.rdma.remove(&id);
                 return Err(e);
