@@ -806,6 +806,7 @@ impl<B: RegistrationBackend> RegCache<B> {
     /// nothing. A miss registers the range rounded to pages (possibly merged
     /// with idle neighbours, see the [module documentation](self)) and may
     /// evict idle registrations if the cache is then over its limits.
+    #[inline]
     pub fn get(
         &self,
         addr: usize,
@@ -983,7 +984,7 @@ impl<B: RegistrationBackend> Shared<B> {
     }
 
     /// The hit path: read lock, find, one atomic add.
-    #[inline]
+    #[inline(always)]
     fn lookup(
         &self,
         first: usize,
@@ -1072,7 +1073,11 @@ impl<B: RegistrationBackend> Shared<B> {
         Ok(Some(Registration::new(entry)))
     }
 
-    /// The miss path; see the module documentation.
+    /// The miss path; see the module documentation. Out of line and cold so
+    /// that the hit path inlined into callers stays free of its stack frame
+    /// (its spills were stores that held back overlapping hits).
+    #[cold]
+    #[inline(never)]
     fn miss(
         self: &Arc<Self>,
         first: usize,
