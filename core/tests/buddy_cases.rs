@@ -757,3 +757,75 @@ fn free_after_realloc_uses_the_new_size() {
     consistent(&heap);
     assert_eq!(flushed(&mut heap), [(0, MIB)]);
 }
+
+/// A block handed out from a free cache stays in its slot until it is
+/// freed or something else changes the caches (see the `cache` module): every
+/// reading method must see it as live, and every change must settle it.
+#[test]
+fn block_lent_from_a_cache_is_live_until_given_back() {
+    let mut heap = BuddyAllocator::new(MIB).expect("heap tables");
+    let a = heap.alloc(4 * KIB, 8).expect("room");
+    let b = heap.alloc(4 * KIB, 8).expect("room");
+    heap.free(a).expect("live");
+    heap.free(b).expect("live");
+    let cached = |heap: &BuddyAllocator| -> Vec<u64> {
+        heap.cached_blocks().map(|block| block.offset).collect()
+    };
+    assert_eq!(cached(&heap), [a, b]);
+    let idle = heap.stats();
+
+    // Newest first; while out, it is live and not cached for every reader.
+    let c = heap.alloc(4 * KIB, 8).expect("cached block");
+    assert_eq!(c, b);
+    assert_eq!(cached(&heap), [a]);
+    assert_eq!(heap.block_size(c), Some(4 * KIB));
+    let out = heap.stats();
+    assert_eq!(out.cached_bytes, 4 * KIB);
+    assert_eq!(out.live_blocks, idle.live_blocks + 1);
+    assert_eq!(out.free_bytes, idle.free_bytes - 4 * KIB);
+    consistent(&heap);
+
+    // Given back: exactly as before, and a second free is a double free.
+    assert_eq!(heap.free(c), Ok(4 * KIB));
+    assert_eq!(cached(&heap), [a, b]);
+    assert_eq!(heap.stats(), idle);
+    assert_eq!(heap.free(c), Err(FreeError::DoubleFree));
+
+    // Out again, then another allocation: the first loan is settled and the
+    // older cached block is lent next.
+    let d = heap.alloc(4 * KIB, 8).expect("cached block");
+    let e = heap.alloc(4 * KIB, 8).expect("cached block");
+    assert_eq!((d, e), (b, a));
+    assert!(cached(&heap).is_empty());
+    consistent(&heap);
+    // Freed out of order: `d` is not the block handed out last.
+    assert_eq!(heap.free(d), Ok(4 * KIB));
+    assert_eq!(cached(&heap), [b]);
+    assert_eq!(heap.free(e), Ok(4 * KIB));
+    assert_eq!(cached(&heap), [b, a]);
+    assert_eq!(heap.stats(), idle);
+
+    // Out, then resized: realloc settles the loan before it changes the
+    // record of the last block, so freeing the new block caches it anew.
+    let f = heap.alloc(4 * KIB, 8).expect("cached block");
+    assert_eq!(f, a);
+    let moved = heap.realloc(f, 16 * KIB, 8).expect("room to grow");
+    // Its buddy `b` is cached, not free: the block moves and the old one is
+    // cached as a freed block.
+    assert!(matches!(moved, Realloc::Moved { old, .. } if old == a));
+    assert_eq!(cached(&heap), [b, a]);
+    heap.free(moved.offset()).expect("live");
+    consistent(&heap);
+    assert_eq!(heap.free(moved.offset()), Err(FreeError::DoubleFree));
+
+    // Out, then flushed: the lent block stays live and is not merged.
+    let g = heap.alloc(4 * KIB, 8).expect("cached block");
+    heap.flush();
+    assert!(cached(&heap).is_empty());
+    assert_eq!(heap.block_size(g), Some(4 * KIB));
+    consistent(&heap);
+    assert_eq!(heap.free(g), Ok(4 * KIB));
+    assert_eq!(cached(&heap), [g]);
+    flushed(&mut heap);
+    assert_eq!(blocks(&heap), [(0, MIB)]);
+}

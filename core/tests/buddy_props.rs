@@ -291,6 +291,9 @@ enum Op {
     Free {
         pick: usize,
     },
+    /// Free the block handed out last, if still live: the temporary-buffer
+    /// pattern, where a block lent from a free cache is given back.
+    FreeNewest,
     /// Free an arbitrary offset (mostly invalid ones).
     FreeRaw {
         offset: u64,
@@ -327,6 +330,7 @@ fn op_strategy(max_log: u32) -> impl Strategy<Value = Op> {
         5 => (size_strategy(max_log), align_strategy())
             .prop_map(|(size, align)| Op::Alloc { size, align }),
         4 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+        2 => Just(Op::FreeNewest),
         1 => (0u64..1 << (max_log + 1)).prop_map(|offset| Op::FreeRaw { offset }),
         2 => (any::<usize>(), size_strategy(max_log), align_strategy())
             .prop_map(|(pick, size, align)| Op::Realloc { pick, size, align }),
@@ -443,6 +447,7 @@ fn run(
     prop_assert_eq!(heap.free_blocks().collect::<Vec<_>>(), initial.clone());
     // Live blocks as seen by the caller: offset -> size asked.
     let mut live: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut newest = None;
     let mut outcomes = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         let outcome = match *op {
@@ -452,8 +457,20 @@ fn run(
                 if let Ok(offset) = got {
                     prop_assert_eq!(offset % align, 0, "misaligned");
                     live.insert(offset, size);
+                    newest = Some(offset);
                 }
                 Outcome::Alloc(got)
+            }
+            Op::FreeNewest => {
+                let Some(offset) = newest.take().filter(|o| live.contains_key(o)) else {
+                    continue;
+                };
+                let got = heap.free(offset);
+                prop_assert_eq!(got, model.free(offset));
+                prop_assert!(got.is_ok());
+                live.remove(&offset);
+                prop_assert_eq!(heap.free(offset), Err(FreeError::DoubleFree));
+                Outcome::Free(got)
             }
             Op::Free { pick } => {
                 let Some((&offset, _)) = live.iter().nth(pick % live.len().max(1)) else {
@@ -494,6 +511,7 @@ fn run(
                     }
                     live.remove(&offset);
                     live.insert(r.offset(), size);
+                    newest = Some(r.offset());
                 }
                 Outcome::Realloc(got)
             }

@@ -453,7 +453,7 @@ impl BuddyAllocator {
     #[inline]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
         let order = self.order_for(size, align)?;
-        let offset = match self.cache.pop(order) {
+        let offset = match self.cache.lend(order) {
             Some(offset) => offset,
             None => self.alloc_uncached(order)?,
         };
@@ -470,7 +470,7 @@ impl BuddyAllocator {
     #[inline]
     pub fn free(&mut self, offset: u64) -> Result<u64, FreeError> {
         if let Some(order) = self.last.take(offset) {
-            if self.cache.try_push(order, offset) {
+            if self.cache.give_back(order) || self.cache.try_push(order, offset) {
                 return Ok(1 << order << self.unit_shift);
             }
             return self.free_slow(offset);
@@ -529,6 +529,9 @@ impl BuddyAllocator {
         new_size: u64,
         align: u64,
     ) -> Result<Realloc, ReallocError> {
+        // The block recorded as handed out last changes below: no block may
+        // stay lent from a free cache without being the recorded one.
+        self.cache.settle();
         let order = self.order_for(new_size, align);
         if let Err(e @ (AllocError::ZeroSize | AllocError::InvalidAlignment)) = order {
             return Err(e.into());
