@@ -26,6 +26,7 @@ pub mod am;
 pub mod auth;
 pub mod buddy;
 pub mod component;
+mod cpu;
 pub mod group;
 pub mod regcache;
 pub mod shmq;
