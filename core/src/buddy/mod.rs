@@ -80,8 +80,10 @@
 //! Freeing needs no size: the head byte remembers the order of a large live
 //! block, and the start and used words give the length of a small one. The
 //! block handed out last is also remembered with its order, so freeing it
-//! (a temporary buffer, the usual alloc/free pair) is a compare and a push
-//! that reads no table. A double free of a cached block is found by looking
+//! (a temporary buffer, the usual alloc/free pair) reads no table: a
+//! compare and a push, or a compare alone when the block was *lent* from a
+//! free cache (left in its slot until something else changes the caches;
+//! see the `cache` module), which keeps the pair off the stack counts. A double free of a cached block is found by looking
 //! for its offset in the stack of its order (at most 32 entries by default,
 //! and empty in the usual pair).
 //!
