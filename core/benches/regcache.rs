@@ -148,6 +148,13 @@ fn hits(c: &mut Criterion) {
             group.bench_with_input(BenchmarkId::new("cycle", n), &n, |b, _| {
                 b.iter_custom(|iters| time_hits(&s, iters, &cycle));
             });
+            // A working set: 1024 of the registrations (every n/1024-th of
+            // the lookup order, so scattered for the random layout), cycled.
+            let step = (s.bases.len() / 1024).max(1);
+            let working: Vec<usize> = s.bases.iter().step_by(step).map(|b| b + 64).collect();
+            group.bench_with_input(BenchmarkId::new("working_set_1024", n), &n, |b, _| {
+                b.iter_custom(|iters| time_hits(&s, iters, &working));
+            });
             let hot = [s.bases[s.bases.len() / 2] + 64];
             group.bench_with_input(BenchmarkId::new("same_buffer", n), &n, |b, _| {
                 b.iter_custom(|iters| time_hits(&s, iters, &hot));
