@@ -461,19 +461,12 @@ fn run(
                 }
                 Outcome::Alloc(got)
             }
-            Op::FreeNewest => {
-                let Some(offset) = newest.take().filter(|o| live.contains_key(o)) else {
-                    continue;
+            Op::Free { .. } | Op::FreeNewest => {
+                let chosen = match *op {
+                    Op::Free { pick } => live.keys().nth(pick % live.len().max(1)).copied(),
+                    _ => newest.take().filter(|o| live.contains_key(o)),
                 };
-                let got = heap.free(offset);
-                prop_assert_eq!(got, model.free(offset));
-                prop_assert!(got.is_ok());
-                live.remove(&offset);
-                prop_assert_eq!(heap.free(offset), Err(FreeError::DoubleFree));
-                Outcome::Free(got)
-            }
-            Op::Free { pick } => {
-                let Some((&offset, _)) = live.iter().nth(pick % live.len().max(1)) else {
+                let Some(offset) = chosen else {
                     continue;
                 };
                 let got = heap.free(offset);

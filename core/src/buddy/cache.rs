@@ -195,15 +195,11 @@ impl FreeCache {
         }
     }
 
-    /// Takes the newest cached block of `order`.
+    /// Takes the newest cached block of `order`: a loan settled at once.
     #[inline(always)]
     pub(super) fn pop(&mut self, order: u32) -> Option<u64> {
+        let offset = self.lend(order)?;
         self.settle();
-        let k = order as usize & 63;
-        let n = self.len[k].checked_sub(1)?;
-        let offset = *self.slots.get((k << self.stride_shift) + n as usize)?;
-        self.len[k] = n;
-        self.units -= 1 << k;
         Some(offset)
     }
 
