@@ -14,6 +14,7 @@
 /// (hundreds of cycles for a full word), slower than doing without it, so
 /// they answer no.
 #[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn has_fast_pdep() -> bool {
     #[cfg(all(
         target_arch = "x86_64",
