@@ -6,6 +6,10 @@
 //! everything it started are killed before the test fails.
 #![allow(unsafe_code)]
 
+#[path = "../../tests/src/proc_tree.rs"]
+mod proc_tree;
+
+use proc_tree::{descendants, signal};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -77,45 +81,6 @@ struct Running {
     started: Instant,
 }
 
-/// Sends SIGKILL to `pid` (no-op if it is gone).
-fn kill(pid: u32, signal: i32) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            libc::kill(pid, signal);
-        }
-    }
-}
-
-/// Every live descendant of `root`, from /proc.
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent_of = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // The fields after the parenthesised command name: state, ppid.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            parent_of.push((pid, ppid));
-        }
-    }
-    let mut found = vec![root];
-    let mut i = 0;
-    while let Some(&p) = found.get(i) {
-        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    found.remove(0);
-    found
-}
-
 impl Running {
     fn start(cmd: &mut Command) -> Running {
         let mut child = cmd
@@ -154,7 +119,7 @@ impl Running {
     fn abandon(&mut self, why: &str) -> ! {
         let pid = self.child.id();
         for p in descendants(pid) {
-            kill(p, libc::SIGKILL);
+            signal(p, libc::SIGKILL);
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -309,7 +274,7 @@ fn sigint_to_the_launcher_stops_and_reaps_every_rank() {
     let launcher = job.child.id();
     assert_eq!(descendants(launcher).len(), 3);
     let sent = Instant::now();
-    kill(launcher, libc::SIGINT);
+    signal(launcher, libc::SIGINT);
     let limit = Duration::from_secs(5);
     let (status, _, stderr) = job.finish_by(sent + limit, limit);
     assert!(sent.elapsed() < Duration::from_secs(5));
