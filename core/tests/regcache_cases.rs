@@ -513,3 +513,38 @@ fn registrations_held_across_threads_survive_invalidation_and_eviction() {
     drop(cache);
     assert_eq!(rec.registered(), rec.deregistered());
 }
+
+#[test]
+fn hits_stay_counted_past_the_home_slots_own_counter() {
+    // A home slot counts hits in 16 bits and hands them to the cache-wide
+    // counter every 2^15: well past that, every hit is still counted once.
+    let (cache, _rec, t) = cache();
+    cache.put(get(&cache, 0x30_0000, PAGE, t));
+    const HITS: u64 = 70_000;
+    for _ in 0..HITS {
+        cache.put(get(&cache, 0x30_0000 + 8, 64, t));
+    }
+    let s = cache.stats();
+    assert_eq!((s.hits, s.misses), (HITS, 1));
+    assert_eq!(cache.find_overlapping(0x30_0000, 1)[0].refs, 0);
+}
+
+#[test]
+fn too_many_references_are_refused_and_nothing_changes() {
+    let (cache, rec, t) = cache();
+    // 2^23 references are the most one registration holds.
+    let held: Vec<Registration<Recorder>> = (0..1 << 23)
+        .map(|_| get(&cache, 0x40_0000, 64, t))
+        .collect();
+    let before = cache.stats();
+    assert_eq!(
+        cache.get(0x40_0000, 64, RR, t).map(|r| r.id()),
+        Err(GetError::TooManyReferences)
+    );
+    assert_eq!(cache.stats(), before);
+    assert_eq!(cache.find_overlapping(0x40_0000, 1)[0].refs, 1 << 23);
+    assert_eq!(rec.registered(), 1);
+    drop(held);
+    assert_eq!(cache.find_overlapping(0x40_0000, 1)[0].refs, 0);
+    assert!(cache.get(0x40_0000, 64, RR, t).is_ok());
+}
