@@ -818,10 +818,10 @@ impl<B: RegistrationBackend> RegCache<B> {
             return Err(GetError::ZeroLength);
         }
         let last = addr.checked_add(len - 1).ok_or(GetError::AddressOverflow)?;
-        if let Some(reg) = self.shared.hit_at_home(addr, last, access, transport) {
+        if let Some(reg) = self.shared.lookup(addr, last, access, transport)? {
             return Ok(reg);
         }
-        self.shared.get_slow(addr, last, access, transport)
+        self.shared.miss(addr, last, access, transport)
     }
 
     /// Gives back the reference `reg` holds (the same as dropping it).
@@ -983,75 +983,8 @@ impl<B: RegistrationBackend> Shared<B> {
         self.transports.read().get(transport.index()).cloned()
     }
 
-    /// The common hit: read lock, the home slot, one atomic add. `None`
-    /// when the home table does not answer or the count is at its limit
-    /// (the slow path then looks again and reports it). Returns nothing but
-    /// a pointer, so that inlined into a caller's loop it keeps to
-    /// registers.
+    /// The hit path: read lock, find, one atomic add.
     #[inline(always)]
-    fn hit_at_home(
-        &self,
-        first: usize,
-        last: usize,
-        access: Access,
-        transport: TransportId,
-    ) -> Option<Registration<B>> {
-        let index = self.index.read();
-        let found = index.homes.find(first, last, transport, access)?;
-        // As in `take_reference`.
-        let old = found.word.fetch_add(1 + HIT_ONE, Ordering::Relaxed);
-        if old & REFS_MASK >= MAX_REFS || old / HIT_ONE == HIT_HARVEST {
-            return self.hit_at_home_rare(found.word, old, found.value);
-        }
-        Some(Registration::new(found.value))
-    }
-
-    /// A home hit whose count reached its limit (undone: `None`) or whose
-    /// hit field is due for a harvest.
-    #[cold]
-    #[inline(never)]
-    fn hit_at_home_rare(
-        &self,
-        word: &AtomicU64,
-        old: u64,
-        entry: &Arc<Entry<B>>,
-    ) -> Option<Registration<B>> {
-        if old & REFS_MASK >= MAX_REFS {
-            word.fetch_sub(1 + HIT_ONE, Ordering::Relaxed);
-            return None;
-        }
-        self.harvest_hits(word);
-        Some(Registration::new(entry))
-    }
-
-    /// Moves a slot's hits to the cache-wide counter. The field only grows
-    /// between harvests, so exactly one hit sees the value [`HIT_HARVEST`]
-    /// and calls this (concurrent hits under the read lock cannot both see
-    /// it).
-    fn harvest_hits(&self, word: &AtomicU64) {
-        word.fetch_sub(HIT_HARVEST * HIT_ONE, Ordering::Relaxed);
-        self.hits.fetch_add(HIT_HARVEST, Ordering::Relaxed);
-    }
-
-    /// What `get` does when [`hit_at_home`](Self::hit_at_home) did not
-    /// answer: the whole lookup, then the miss path.
-    #[cold]
-    #[inline(never)]
-    fn get_slow(
-        self: &Arc<Self>,
-        first: usize,
-        last: usize,
-        access: Access,
-        transport: TransportId,
-    ) -> Result<Registration<B>, GetError<B::Error>> {
-        if let Some(reg) = self.lookup(first, last, access, transport)? {
-            return Ok(reg);
-        }
-        self.miss(first, last, access, transport)
-    }
-
-    /// Every way to a hit: the home table, then the hint and the tree.
-    #[inline]
     fn lookup(
         &self,
         first: usize,
@@ -1130,12 +1063,21 @@ impl<B: RegistrationBackend> Shared<B> {
             return Err(GetError::TooManyReferences);
         }
         if old / HIT_ONE == HIT_HARVEST {
-            self.harvest_hits(word);
+            // Rare: move hits to the cache-wide counter. The field only
+            // grows between harvests, so exactly one hit sees this value
+            // and does the harvest (concurrent hits under the read lock
+            // cannot both take it).
+            word.fetch_sub(HIT_HARVEST * HIT_ONE, Ordering::Relaxed);
+            self.hits.fetch_add(HIT_HARVEST, Ordering::Relaxed);
         }
         Ok(Some(Registration::new(entry)))
     }
 
-    /// The miss path; see the module documentation.
+    /// The miss path; see the module documentation. Out of line and cold so
+    /// that the hit path inlined into callers stays free of its stack frame
+    /// (its spills were stores that held back overlapping hits).
+    #[cold]
+    #[inline(never)]
     fn miss(
         self: &Arc<Self>,
         first: usize,
