@@ -16,7 +16,7 @@ use fireopal_abi::param::{ParamRegistrar, ParamValue};
 use fireopal_abi::PluginError;
 use fireopal_core::wire::address::{prefix_mask_v4, prefix_mask_v6, MAX_ENTRIES};
 
-use crate::sys::{BufferSizes, InterfaceAddress};
+use crate::sys::{BufferSizes, InterfaceAddress, Keepalive};
 
 /// Parameter names.
 pub(crate) mod names {
@@ -32,6 +32,10 @@ pub(crate) mod names {
     pub(crate) const WRITE_CHUNK: &str = "btl_tcp_write_chunk";
     pub(crate) const HANDSHAKE_TIMEOUT: &str = "btl_tcp_handshake_timeout_ms";
     pub(crate) const MAX_UNAUTHENTICATED: &str = "btl_tcp_max_unauthenticated";
+    pub(crate) const KEEPALIVE_TIME: &str = "btl_tcp_keepalive_time";
+    pub(crate) const KEEPALIVE_INTVL: &str = "btl_tcp_keepalive_intvl";
+    pub(crate) const KEEPALIVE_PROBES: &str = "btl_tcp_keepalive_probes";
+    pub(crate) const USER_TIMEOUT: &str = "btl_tcp_user_timeout_ms";
     pub(crate) const PRIORITY: &str = "btl_tcp_priority";
     pub(crate) const LATENCY: &str = "btl_tcp_latency_ns";
     pub(crate) const BANDWIDTH: &str = "btl_tcp_bandwidth_mbps";
@@ -53,6 +57,13 @@ const DEFAULT_RECV_STAGING: u64 = 128 << 10;
 const DEFAULT_WRITE_CHUNK: u64 = 60 << 10;
 const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_MAX_UNAUTHENTICATED: u64 = 64;
+/// An idle connection to a peer silent for a minute (30 s, then 3 probes
+/// 10 s apart) is failed: long enough for a busy machine, short enough that
+/// a job whose node died does not hang. Probes are answered by the peer's
+/// kernel, so a peer that computes without calling progress is not failed.
+const DEFAULT_KEEPALIVE_TIME: u64 = 30;
+const DEFAULT_KEEPALIVE_INTVL: u64 = 10;
+const DEFAULT_KEEPALIVE_PROBES: u64 = 3;
 const DEFAULT_PRIORITY: u64 = 20;
 const DEFAULT_LATENCY_NS: u64 = 10_000;
 const DEFAULT_BANDWIDTH_MBPS: u64 = 10_000;
@@ -116,6 +127,26 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         MAX_UNAUTHENTICATED,
         ParamValue::UInt(DEFAULT_MAX_UNAUTHENTICATED),
         "incoming connections held before they authenticate; more are refused",
+    )?;
+    r.register(
+        KEEPALIVE_TIME,
+        ParamValue::UInt(DEFAULT_KEEPALIVE_TIME),
+        "seconds a connection may be idle before keepalive probes start (0: no probes, a peer whose machine dies is noticed only when data goes unacknowledged for about fifteen minutes)",
+    )?;
+    r.register(
+        KEEPALIVE_INTVL,
+        ParamValue::UInt(DEFAULT_KEEPALIVE_INTVL),
+        "seconds between keepalive probes",
+    )?;
+    r.register(
+        KEEPALIVE_PROBES,
+        ParamValue::UInt(DEFAULT_KEEPALIVE_PROBES),
+        "unanswered probes after which the peer is failed",
+    )?;
+    r.register(
+        USER_TIMEOUT,
+        ParamValue::UInt(0),
+        "milliseconds sent data may stay unacknowledged before the peer is failed (0: the kernel's limit, about fifteen minutes); also fails a peer that does not read for that long",
     )?;
     r.register(
         PRIORITY,
@@ -293,6 +324,11 @@ pub(crate) struct Settings {
     pub(crate) write_chunk: usize,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_unauthenticated: usize,
+    /// Probing of idle connections; `None` when `btl_tcp_keepalive_time`
+    /// is 0.
+    pub(crate) keepalive: Option<Keepalive>,
+    /// `TCP_USER_TIMEOUT` in milliseconds (0: the kernel's default).
+    pub(crate) user_timeout_ms: u32,
     pub(crate) priority: u32,
     pub(crate) latency_ns: u32,
     pub(crate) bandwidth_mbps: u32,
@@ -306,6 +342,51 @@ fn size(host: &Host, name: &'static str, default: u64) -> Result<usize, ConfigEr
 fn small(host: &Host, name: &'static str, default: u64) -> Result<u32, ConfigError> {
     let v = host.param_u64(name).unwrap_or(default);
     u32::try_from(v).map_err(|_| bad(name, "must be below 2^32"))
+}
+
+/// A parameter that must lie in `low..=high`.
+fn within(
+    host: &Host,
+    name: &'static str,
+    default: u64,
+    low: u32,
+    high: u32,
+) -> Result<u32, ConfigError> {
+    let v = host.param_u64(name).unwrap_or(default);
+    u32::try_from(v)
+        .ok()
+        .filter(|v| (low..=high).contains(v))
+        .ok_or_else(|| bad(name, format!("must be between {low} and {high}")))
+}
+
+fn keepalive(host: &Host) -> Result<Option<Keepalive>, ConfigError> {
+    use names::*;
+    let idle_s = within(
+        host,
+        KEEPALIVE_TIME,
+        DEFAULT_KEEPALIVE_TIME,
+        0,
+        Keepalive::MAX_IDLE_S,
+    )?;
+    let interval_s = within(
+        host,
+        KEEPALIVE_INTVL,
+        DEFAULT_KEEPALIVE_INTVL,
+        1,
+        Keepalive::MAX_INTERVAL_S,
+    )?;
+    let probes = within(
+        host,
+        KEEPALIVE_PROBES,
+        DEFAULT_KEEPALIVE_PROBES,
+        1,
+        Keepalive::MAX_PROBES,
+    )?;
+    Ok((idle_s > 0).then_some(Keepalive {
+        idle_s,
+        interval_s,
+        probes,
+    }))
 }
 
 impl Settings {
@@ -362,6 +443,8 @@ impl Settings {
             },
             handshake_timeout: Duration::from_millis(timeout),
             max_unauthenticated,
+            keepalive: keepalive(host)?,
+            user_timeout_ms: small(host, USER_TIMEOUT, 0)?,
             priority: small(host, PRIORITY, DEFAULT_PRIORITY)?,
             latency_ns: small(host, LATENCY, DEFAULT_LATENCY_NS)?,
             bandwidth_mbps: small(host, BANDWIDTH, DEFAULT_BANDWIDTH_MBPS)?,

@@ -95,6 +95,17 @@ impl TcpModule {
             }
             // Best effort: latency only.
             let _ = sock.set_nodelay();
+            if let Err(e) = sock
+                .set_keepalive(self.settings.keepalive)
+                .and_then(|()| sock.set_user_timeout(self.settings.user_timeout_ms))
+            {
+                self.log(
+                    LogLevel::Warn,
+                    &format!(
+                        "cannot set the dead-peer timeouts of the connection from {from}: {e}"
+                    ),
+                );
+            }
             let deadline = Instant::now() + self.settings.handshake_timeout;
             let mut conn = Conn::new(sock, Phase::AwaitHello, None, deadline);
             conn.remote = remote;

@@ -12,9 +12,22 @@
 //! Parameters (all `btl_tcp_*`): `if_include` / `if_exclude`, `ipv6`,
 //! `links`, `eager_limit`, `max_send_size`, `sndbuf` / `rcvbuf`,
 //! `write_chunk`, `recv_staging`, `handshake_timeout_ms`, `max_unauthenticated`,
-//! `priority`, `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
-//! help. Every process of a job must use the same `max_send_size` (it is
-//! also the largest frame a receiver accepts).
+//! `keepalive_time` / `keepalive_intvl` / `keepalive_probes`,
+//! `user_timeout_ms`, `priority`,
+//! `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their help. Every
+//! process of a job must use the same `max_send_size` (it is also the
+//! largest frame a receiver accepts).
+//!
+//! A peer that closes its connection is failed at once. One that goes
+//! silent without closing it (its machine died, the network between was
+//! cut) is failed by TCP keepalive while the connection is idle: after
+//! `keepalive_time` seconds without traffic the kernel probes, and after
+//! `keepalive_probes` unanswered probes the connection reports an error
+//! and the peer is failed like any other. While sent data is
+//! unacknowledged, the kernel's retransmission limit applies instead
+//! (about fifteen minutes), or `user_timeout_ms` when set; it is off by
+//! default because the kernel also applies it to a peer that stops
+//! reading, which a rank deep in computation does.
 //!
 //! The crate builds as the plugin `libfireopal_btl_tcp.so` and as an rlib
 //! so its tests can drive modules in-process.

@@ -312,6 +312,15 @@ impl TcpModule {
                 return Err(err);
             }
         };
+        if let Err(e) = sock
+            .set_keepalive(self.settings.keepalive)
+            .and_then(|()| sock.set_user_timeout(self.settings.user_timeout_ms))
+        {
+            self.log(
+                LogLevel::Warn,
+                &format!("cannot set the dead-peer timeouts of the connection to rank {rank}: {e}"),
+            );
+        }
         let deadline = Instant::now() + self.settings.handshake_timeout;
         let mut conn = crate::conn::Conn::new(sock, Phase::Connecting, Some(rank), deadline);
         conn.remote = Some(target.addr);

@@ -160,6 +160,25 @@ pub(crate) struct BufferSizes {
     pub(crate) recv: usize,
 }
 
+/// How an idle connection notices a peer that went silent without closing
+/// it (its machine died, the link was cut): TCP keepalive probes after
+/// `idle_s` seconds without traffic, `probes` of them `interval_s` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keepalive {
+    pub(crate) idle_s: u32,
+    pub(crate) interval_s: u32,
+    pub(crate) probes: u32,
+}
+
+impl Keepalive {
+    /// Longest idle time the kernel takes (`TCP_KEEPIDLE`).
+    pub(crate) const MAX_IDLE_S: u32 = 32_767;
+    /// Longest interval the kernel takes (`TCP_KEEPINTVL`).
+    pub(crate) const MAX_INTERVAL_S: u32 = 32_767;
+    /// Most probes the kernel takes (`TCP_KEEPCNT`).
+    pub(crate) const MAX_PROBES: u32 = 127;
+}
+
 /// What a receive found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Recv {
@@ -280,6 +299,32 @@ impl Socket {
         }
     }
 
+    /// Turns keepalive probing on with these settings (`None`: leaves the
+    /// kernel's default, no probes).
+    pub(crate) fn set_keepalive(&self, keepalive: Option<Keepalive>) -> io::Result<()> {
+        let Some(k) = keepalive else {
+            return Ok(());
+        };
+        let int = |v: u32| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
+        self.set_int(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, int(k.idle_s.max(1)))?;
+        self.set_int(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, int(k.interval_s))?;
+        self.set_int(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, int(k.probes))?;
+        self.set_int(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)
+    }
+
+    /// Fails the connection when sent data stays unacknowledged for
+    /// `ms` milliseconds (`TCP_USER_TIMEOUT`; 0 leaves the kernel's
+    /// retransmission limit, about fifteen minutes). The kernel applies it
+    /// to a zero receive window too, so a peer that does not read for that
+    /// long is failed as well.
+    pub(crate) fn set_user_timeout(&self, ms: u32) -> io::Result<()> {
+        if ms == 0 {
+            return Ok(());
+        }
+        let v = libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX);
+        self.set_int(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, v)
+    }
+
     /// Disables Nagle's algorithm: small messages leave at once.
     pub(crate) fn set_nodelay(&self) -> io::Result<()> {
         self.set_int(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
@@ -309,20 +354,25 @@ impl Socket {
         self.name(true)
     }
 
-    /// The pending error of a non-blocking connect, if any.
-    pub(crate) fn take_error(&self) -> io::Result<Option<io::Error>> {
+    fn get_int(&self, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
         let mut value: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: `value` is a live c_int and `len` its size.
         check(unsafe {
             libc::getsockopt(
                 self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
+                level,
+                name,
                 std::ptr::addr_of_mut!(value).cast(),
                 &mut len,
             )
         })?;
+        Ok(value)
+    }
+
+    /// The pending error of a non-blocking connect, if any.
+    pub(crate) fn take_error(&self) -> io::Result<Option<io::Error>> {
+        let value = self.get_int(libc::SOL_SOCKET, libc::SO_ERROR)?;
         Ok((value != 0).then(|| io::Error::from_raw_os_error(value)))
     }
 
@@ -744,6 +794,39 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert!(closed);
+    }
+
+    #[test]
+    fn keepalive_settings_reach_the_socket() {
+        let sizes = BufferSizes { send: 0, recv: 0 };
+        let l = Socket::listen("127.0.0.1:0".parse().unwrap(), sizes).unwrap();
+        let c = Socket::connect(l.local_addr().unwrap(), sizes).unwrap();
+        let get = |level, name| c.get_int(level, name).unwrap();
+        c.set_keepalive(None).unwrap();
+        assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 0);
+        let k = Keepalive {
+            idle_s: 7,
+            interval_s: 3,
+            probes: 5,
+        };
+        c.set_keepalive(Some(k)).unwrap();
+        assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 7);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 3);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 5);
+        // The largest values the parameters allow are taken.
+        let most = Keepalive {
+            idle_s: Keepalive::MAX_IDLE_S,
+            interval_s: Keepalive::MAX_INTERVAL_S,
+            probes: Keepalive::MAX_PROBES,
+        };
+        c.set_keepalive(Some(most)).unwrap();
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 127);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 0);
+        c.set_user_timeout(0).unwrap();
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 0);
+        c.set_user_timeout(2500).unwrap();
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 2500);
     }
 
     #[test]

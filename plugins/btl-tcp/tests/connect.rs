@@ -356,6 +356,26 @@ fn bad_parameters_make_the_component_unavailable() {
             ParamValue::Size(16),
             "btl_tcp_eager_limit",
         ),
+        (
+            "btl_tcp_keepalive_time",
+            ParamValue::UInt(40_000),
+            "btl_tcp_keepalive_time: must be between 0 and 32767",
+        ),
+        (
+            "btl_tcp_keepalive_intvl",
+            ParamValue::UInt(0),
+            "btl_tcp_keepalive_intvl: must be between 1 and 32767",
+        ),
+        (
+            "btl_tcp_keepalive_probes",
+            ParamValue::UInt(128),
+            "btl_tcp_keepalive_probes: must be between 1 and 127",
+        ),
+        (
+            "btl_tcp_user_timeout_ms",
+            ParamValue::UInt(1 << 40),
+            "btl_tcp_user_timeout_ms",
+        ),
     ] {
         let (h, _) = host_for(&JobSpec::new(2).param(name, value), 0, KEY);
         match TcpComponent::query(&h) {

@@ -423,3 +423,184 @@ fn a_peer_that_is_gone_before_we_dial_fails_its_sends_once() {
     assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
     still_working(&mut procs, 1);
 }
+
+/// Runs `ip` with these arguments, failing the test if it fails.
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace made by a test, removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    /// A new namespace with `lo` up, or why there is none (no `ip`, no
+    /// privilege).
+    fn create() -> Result<Self, String> {
+        let name = format!("fo{}ka", std::process::id() % 100_000);
+        let out = std::process::Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+        }
+        let ns = Self(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        Ok(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .output();
+    }
+}
+
+/// Runs the ignored test `inner` of this file inside a network namespace
+/// of its own, where it may take `lo` down without touching the machine's
+/// network, and fails if it fails. Skipped, saying why, where namespaces
+/// cannot be made.
+fn run_in_own_netns(inner: &str) {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    let ns = match Netns::create() {
+        Ok(ns) => ns,
+        Err(why) => {
+            eprintln!("skipped: cannot create a network namespace here: {why}");
+            return;
+        }
+    };
+    let exe = std::env::current_exe().expect("test executable");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns.0])
+        .arg(exe)
+        .args([inner, "--exact", "--ignored", "--nocapture"])
+        .env("FO_TCP_OWN_NETNS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the inner test");
+    // Drained on threads, so a full pipe cannot stall the child.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the inner test") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let report = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default()
+    );
+    let status = status.unwrap_or_else(|| panic!("inner test timed out\n{report}"));
+    assert!(status.success(), "inner test failed\n{report}");
+    assert!(
+        report.contains("1 passed"),
+        "inner test did not run\n{report}"
+    );
+}
+
+#[test]
+fn a_silent_peer_is_failed_by_keepalive_or_the_user_timeout() {
+    run_in_own_netns("silent_peer_in_own_netns");
+}
+
+/// Cuts the network under established connections (`lo` down in a
+/// namespace of its own): an idle connection is failed by keepalive, one
+/// with data unacknowledged by `btl_tcp_user_timeout_ms`.
+#[test]
+#[ignore = "run inside a network namespace of its own by a_silent_peer_is_failed_by_keepalive_or_the_user_timeout"]
+fn silent_peer_in_own_netns() {
+    use std::time::Instant;
+    assert!(
+        std::env::var_os("FO_TCP_OWN_NETNS").is_some(),
+        "takes lo down: run only in a namespace of its own"
+    );
+
+    // Idle: both ends probe, and both give up after 1 s + 2 x 1 s.
+    let mut procs = job(JobSpec::new(2)
+        .param("btl_tcp_keepalive_time", ParamValue::UInt(1))
+        .param("btl_tcp_keepalive_intvl", ParamValue::UInt(1))
+        .param("btl_tcp_keepalive_probes", ParamValue::UInt(2)));
+    established(&mut procs);
+    // Idle means nothing unacknowledged: let the delayed acks go out.
+    settle(&mut procs, Duration::from_millis(300));
+    ip(&["link", "set", "lo", "down"]);
+    let cut = Instant::now();
+    drive(&mut procs, "keepalive failures", |p| {
+        p[0].rec.failures_of(1) == 1 && p[1].rec.failures_of(0) == 1
+    });
+    let took = cut.elapsed();
+    eprintln!("idle connection failed after {took:?}");
+    assert!(
+        took >= Duration::from_secs(1),
+        "failed before any probe: {took:?}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let (_, why) = &procs[0].rec.failed[0];
+    assert!(is_kind(why, ErrorKind::PEER_FAILED), "{why}");
+    assert!(why.to_string().contains("timed out"), "{why}");
+    let late = procs[0].m().send(1, 0, b"", b"late", 1).unwrap_err();
+    assert!(is_kind(&late, ErrorKind::PEER_FAILED), "{late}");
+    drop(procs);
+    ip(&["link", "set", "lo", "up"]);
+
+    // Data in flight, no keepalive: the sender gives up after the user
+    // timeout.
+    let mut procs = job(JobSpec::new(2)
+        .param("btl_tcp_keepalive_time", ParamValue::UInt(0))
+        .param("btl_tcp_user_timeout_ms", ParamValue::UInt(2000)));
+    established(&mut procs);
+    ip(&["link", "set", "lo", "down"]);
+    let cut = Instant::now();
+    // Taken into the socket's buffer, or queued: either way unacknowledged.
+    let pending = post(procs[0].m(), 1, 3, b"lost", &pattern(7, 256 << 10), 77);
+    drive_some(&mut procs, &[0], "user-timeout failure", |p| {
+        p[0].rec.failures_of(1) == 1
+    });
+    let took = cut.elapsed();
+    eprintln!("connection with data in flight failed after {took:?}");
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    match pending {
+        Some(cookie) => {
+            let send = &procs[0].rec.sends[&cookie];
+            assert!(is_kind(
+                send[0].as_ref().unwrap_err(),
+                ErrorKind::PEER_FAILED
+            ));
+        }
+        None => assert!(!procs[0].rec.sends.contains_key(&77)),
+    }
+    let late = procs[0].m().send(1, 0, b"", b"late", 2).unwrap_err();
+    assert!(is_kind(&late, ErrorKind::PEER_FAILED), "{late}");
+    procs[0].rec.assert_at_most_once();
+}
