@@ -287,6 +287,45 @@ fn lru_by_count_evicts_oldest_idle_and_never_in_use() {
 }
 
 #[test]
+fn eviction_follows_the_order_of_last_puts_over_many_reuses() {
+    // Enough reuse that the LRU list drops its stale records many times.
+    let config = RegCacheConfig {
+        merge: false,
+        ..RegCacheConfig::default()
+    };
+    let (cache, rec, t) = cache_with(config);
+    const N: usize = 200;
+    let at = |i: usize| 0x600_0000 + i * 2 * PAGE;
+    let handles: Vec<_> = (0..N)
+        .map(|i| {
+            let r = get(&cache, at(i), PAGE, t);
+            let h = *r.handle();
+            cache.put(r);
+            h
+        })
+        .collect();
+    // Least recently put first.
+    let mut order: Vec<usize> = (0..N).collect();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..5000 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let i = (x >> 33) as usize % N;
+        cache.put(get(&cache, at(i) + 8, 64, t));
+        order.retain(|&j| j != i);
+        order.push(i);
+    }
+    cache.set_limits(N / 2, usize::MAX);
+    assert_eq!(cache.stats().evictions, (N / 2) as u64);
+    for (k, &i) in order.iter().enumerate() {
+        assert_eq!(
+            rec.is_live(handles[i]),
+            k >= N / 2,
+            "registration {i}, {k}th least recently put"
+        );
+    }
+}
+
+#[test]
 fn lru_by_bytes_evicts_oldest_idle() {
     let config = RegCacheConfig {
         max_bytes: 10 * PAGE,
