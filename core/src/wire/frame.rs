@@ -21,7 +21,7 @@
 
 use core::fmt;
 
-use super::Reader;
+use super::{Fields, Reader, Writer};
 
 /// Length of the fixed frame header.
 pub const FRAME_HEADER_LEN: usize = 16;
@@ -209,24 +209,27 @@ impl FrameHeader {
     /// The wire form.
     pub fn encode(&self) -> [u8; FRAME_HEADER_LEN] {
         let mut out = [0u8; FRAME_HEADER_LEN];
-        out[0] = self.kind as u8;
-        out[1] = self.tag;
-        out[2..4].copy_from_slice(&self.header_len.to_le_bytes());
-        out[4..8].copy_from_slice(&FRAME_MARKER);
-        out[8..16].copy_from_slice(&self.payload_len.to_le_bytes());
+        let mut w = Writer::new(&mut out);
+        w.u8(self.kind as u8);
+        w.u8(self.tag);
+        w.u16(self.header_len);
+        w.bytes(&FRAME_MARKER);
+        w.u64(self.payload_len);
         out
     }
 
     /// Parses and checks the first [`FRAME_HEADER_LEN`] bytes of `bytes`
     /// against `limits`.
     pub fn parse(bytes: &[u8], limits: &FrameLimits) -> Result<Self, FrameError> {
-        let mut r = Reader::new(bytes);
-        let truncated = FrameError::Truncated { have: bytes.len() };
-        let code = r.u8().ok_or(truncated)?;
-        let tag = r.u8().ok_or(truncated)?;
-        let header_len = r.u16().ok_or(truncated)?;
-        let marker: [u8; 4] = r.array().ok_or(truncated)?;
-        let payload_len = r.u64().ok_or(truncated)?;
+        let mut f = Fields::new(
+            Reader::new(bytes),
+            FrameError::Truncated { have: bytes.len() },
+        );
+        let code = f.u8()?;
+        let tag = f.u8()?;
+        let header_len = f.u16()?;
+        let marker: [u8; 4] = f.array()?;
+        let payload_len = f.u64()?;
         if marker != FRAME_MARKER {
             return Err(FrameError::BadMarker);
         }
@@ -315,22 +318,29 @@ impl RemoteKey {
     /// Packed form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        out[..8].copy_from_slice(&self.id.to_le_bytes());
-        out[8..].copy_from_slice(&self.secret.to_le_bytes());
+        self.write(&mut Writer::new(&mut out));
         out
+    }
+
+    fn write(&self, w: &mut Writer<'_>) {
+        w.u64(self.id);
+        w.u64(self.secret);
+    }
+
+    fn read<E: Copy>(f: &mut Fields<'_, E>) -> Result<Self, E> {
+        Ok(Self {
+            id: f.u64()?,
+            secret: f.u64()?,
+        })
     }
 
     /// Parses a packed key; it must be exactly [`RemoteKey::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, RemoteKeyError> {
-        if bytes.len() != Self::LEN {
-            return Err(RemoteKeyError::BadLength(bytes.len()));
-        }
-        let mut r = Reader::new(bytes);
         let bad = RemoteKeyError::BadLength(bytes.len());
-        Ok(Self {
-            id: r.u64().ok_or(bad)?,
-            secret: r.u64().ok_or(bad)?,
-        })
+        if bytes.len() != Self::LEN {
+            return Err(bad);
+        }
+        Self::read(&mut Fields::new(Reader::new(bytes), bad))
     }
 }
 
@@ -406,25 +416,30 @@ impl fmt::Display for RdmaHeaderError {
 
 impl core::error::Error for RdmaHeaderError {}
 
-/// A reader over exactly `want` bytes.
-fn exact(bytes: &[u8], want: usize) -> Result<Reader<'_>, RdmaHeaderError> {
+/// The fields of exactly `want` bytes.
+fn exact(bytes: &[u8], want: usize) -> Result<Fields<'_, RdmaHeaderError>, RdmaHeaderError> {
+    let short = RdmaHeaderError::BadLength {
+        have: bytes.len(),
+        want,
+    };
     if bytes.len() == want {
-        Ok(Reader::new(bytes))
+        Ok(Fields::new(Reader::new(bytes), short))
     } else {
-        Err(RdmaHeaderError::BadLength {
-            have: bytes.len(),
-            want,
-        })
+        Err(short)
     }
 }
 
+/// Writes a status code and the zero word after it.
+fn write_status(w: &mut Writer<'_>, status: RdmaStatus) {
+    w.u32(status as u32);
+    w.zeros(4);
+}
+
 /// Reads a status code and the zero word after it.
-fn status(r: &mut Reader<'_>, short: RdmaHeaderError) -> Result<RdmaStatus, RdmaHeaderError> {
-    let code = r.u32().ok_or(short)?;
+fn read_status(f: &mut Fields<'_, RdmaHeaderError>) -> Result<RdmaStatus, RdmaHeaderError> {
+    let code = f.u32()?;
     let status = RdmaStatus::from_code(code).ok_or(RdmaHeaderError::UnknownStatus(code))?;
-    if r.u32().ok_or(short)? != 0 {
-        return Err(RdmaHeaderError::ReservedNotZero);
-    }
+    f.reserved::<4>(RdmaHeaderError::ReservedNotZero)?;
     Ok(status)
 }
 
@@ -447,26 +462,20 @@ impl PutHeader {
     /// Wire form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        out[..8].copy_from_slice(&self.op_id.to_le_bytes());
-        out[8..16].copy_from_slice(&self.remote_addr.to_le_bytes());
-        out[16..].copy_from_slice(&self.key.encode());
+        let mut w = Writer::new(&mut out);
+        w.u64(self.op_id);
+        w.u64(self.remote_addr);
+        self.key.write(&mut w);
         out
     }
 
     /// Parses exactly [`PutHeader::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let short = RdmaHeaderError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        let mut r = exact(bytes, Self::LEN)?;
+        let mut f = exact(bytes, Self::LEN)?;
         Ok(Self {
-            op_id: r.u64().ok_or(short)?,
-            remote_addr: r.u64().ok_or(short)?,
-            key: RemoteKey {
-                id: r.u64().ok_or(short)?,
-                secret: r.u64().ok_or(short)?,
-            },
+            op_id: f.u64()?,
+            remote_addr: f.u64()?,
+            key: RemoteKey::read(&mut f)?,
         })
     }
 }
@@ -487,21 +496,18 @@ impl PutAck {
     /// Wire form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        out[..8].copy_from_slice(&self.op_id.to_le_bytes());
-        out[8..12].copy_from_slice(&(self.status as u32).to_le_bytes());
+        let mut w = Writer::new(&mut out);
+        w.u64(self.op_id);
+        write_status(&mut w, self.status);
         out
     }
 
     /// Parses exactly [`PutAck::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let short = RdmaHeaderError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        let mut r = exact(bytes, Self::LEN)?;
+        let mut f = exact(bytes, Self::LEN)?;
         Ok(Self {
-            op_id: r.u64().ok_or(short)?,
-            status: status(&mut r, short)?,
+            op_id: f.u64()?,
+            status: read_status(&mut f)?,
         })
     }
 }
@@ -527,28 +533,22 @@ impl GetRequest {
     /// Wire form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        out[..8].copy_from_slice(&self.op_id.to_le_bytes());
-        out[8..16].copy_from_slice(&self.remote_addr.to_le_bytes());
-        out[16..32].copy_from_slice(&self.key.encode());
-        out[32..].copy_from_slice(&self.length.to_le_bytes());
+        let mut w = Writer::new(&mut out);
+        w.u64(self.op_id);
+        w.u64(self.remote_addr);
+        self.key.write(&mut w);
+        w.u64(self.length);
         out
     }
 
     /// Parses exactly [`GetRequest::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let short = RdmaHeaderError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        let mut r = exact(bytes, Self::LEN)?;
+        let mut f = exact(bytes, Self::LEN)?;
         Ok(Self {
-            op_id: r.u64().ok_or(short)?,
-            remote_addr: r.u64().ok_or(short)?,
-            key: RemoteKey {
-                id: r.u64().ok_or(short)?,
-                secret: r.u64().ok_or(short)?,
-            },
-            length: r.u64().ok_or(short)?,
+            op_id: f.u64()?,
+            remote_addr: f.u64()?,
+            key: RemoteKey::read(&mut f)?,
+            length: f.u64()?,
         })
     }
 }
@@ -572,23 +572,20 @@ impl GetResponse {
     /// Wire form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        out[..8].copy_from_slice(&self.op_id.to_le_bytes());
-        out[8..12].copy_from_slice(&(self.status as u32).to_le_bytes());
-        out[16..].copy_from_slice(&self.offset.to_le_bytes());
+        let mut w = Writer::new(&mut out);
+        w.u64(self.op_id);
+        write_status(&mut w, self.status);
+        w.u64(self.offset);
         out
     }
 
     /// Parses exactly [`GetResponse::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let short = RdmaHeaderError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        let mut r = exact(bytes, Self::LEN)?;
+        let mut f = exact(bytes, Self::LEN)?;
         Ok(Self {
-            op_id: r.u64().ok_or(short)?,
-            status: status(&mut r, short)?,
-            offset: r.u64().ok_or(short)?,
+            op_id: f.u64()?,
+            status: read_status(&mut f)?,
+            offset: f.u64()?,
         })
     }
 }

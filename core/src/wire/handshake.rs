@@ -27,7 +27,7 @@
 
 use core::fmt;
 
-use super::Reader;
+use super::{Fields, Reader, Writer};
 use crate::auth::{tags_equal, HmacSha256, DIGEST_LEN};
 
 /// First bytes of every handshake message.
@@ -105,16 +105,23 @@ impl fmt::Display for HandshakeError {
 
 impl core::error::Error for HandshakeError {}
 
-/// Writes the common prefix (magic, version, kind) of every message.
-fn prefix(out: &mut [u8], kind: MessageKind) {
-    out[..4].copy_from_slice(&HANDSHAKE_MAGIC);
-    out[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
-    out[6] = kind as u8;
+/// A writer over `out` with the common prefix (magic, version, kind) of
+/// every message written.
+fn prefix(out: &mut [u8], kind: MessageKind) -> Writer<'_> {
+    let mut w = Writer::new(out);
+    w.bytes(&HANDSHAKE_MAGIC);
+    w.u16(PROTOCOL_VERSION);
+    w.u8(kind as u8);
+    w
 }
 
-/// Checks length and the common prefix; returns a reader positioned after
-/// the kind byte.
-fn open(bytes: &[u8], want: usize, kind: MessageKind) -> Result<Reader<'_>, HandshakeError> {
+/// Checks length and the common prefix; returns the fields after the
+/// kind byte.
+fn open(
+    bytes: &[u8],
+    want: usize,
+    kind: MessageKind,
+) -> Result<Fields<'_, HandshakeError>, HandshakeError> {
     // The magic is checked first, even on a short message, so that a
     // stranger is told apart from a truncated peer.
     let mut r = Reader::new(bytes);
@@ -142,7 +149,7 @@ fn open(bytes: &[u8], want: usize, kind: MessageKind) -> Result<Reader<'_>, Hand
     if bytes.len() != want {
         return Err(short);
     }
-    Ok(r)
+    Ok(Fields::new(r, short))
 }
 
 /// First message, connector to acceptor.
@@ -169,32 +176,27 @@ impl Hello {
     /// Wire form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        prefix(&mut out, MessageKind::Hello);
-        out[7] = self.link;
-        out[8..12].copy_from_slice(&self.from_rank.to_le_bytes());
-        out[12..16].copy_from_slice(&self.to_rank.to_le_bytes());
-        out[16] = self.from_entry;
-        out[17] = self.to_entry;
-        out[20..].copy_from_slice(&self.nonce);
+        let mut w = prefix(&mut out, MessageKind::Hello);
+        w.u8(self.link);
+        w.u32(self.from_rank);
+        w.u32(self.to_rank);
+        w.u8(self.from_entry);
+        w.u8(self.to_entry);
+        w.zeros(2);
+        w.bytes(&self.nonce);
         out
     }
 
     /// Parses exactly [`Hello::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, HandshakeError> {
-        let mut r = open(bytes, Self::LEN, MessageKind::Hello)?;
-        let short = HandshakeError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        let link = r.u8().ok_or(short)?;
-        let from_rank = r.u32().ok_or(short)?;
-        let to_rank = r.u32().ok_or(short)?;
-        let from_entry = r.u8().ok_or(short)?;
-        let to_entry = r.u8().ok_or(short)?;
-        if r.u16().ok_or(short)? != 0 {
-            return Err(HandshakeError::ReservedNotZero);
-        }
-        let nonce = r.array().ok_or(short)?;
+        let mut f = open(bytes, Self::LEN, MessageKind::Hello)?;
+        let link = f.u8()?;
+        let from_rank = f.u32()?;
+        let to_rank = f.u32()?;
+        let from_entry = f.u8()?;
+        let to_entry = f.u8()?;
+        f.reserved::<2>(HandshakeError::ReservedNotZero)?;
+        let nonce = f.array()?;
         Ok(Self {
             link,
             from_rank,
@@ -226,29 +228,24 @@ impl Challenge {
     /// Wire form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        prefix(&mut out, MessageKind::Challenge);
-        out[8..12].copy_from_slice(&self.from_rank.to_le_bytes());
-        out[12..16].copy_from_slice(&self.to_rank.to_le_bytes());
-        out[16..48].copy_from_slice(&self.nonce);
-        out[48..].copy_from_slice(&self.mac);
+        let mut w = prefix(&mut out, MessageKind::Challenge);
+        w.zeros(1);
+        w.u32(self.from_rank);
+        w.u32(self.to_rank);
+        w.bytes(&self.nonce);
+        w.bytes(&self.mac);
         out
     }
 
     /// Parses exactly [`Challenge::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, HandshakeError> {
-        let mut r = open(bytes, Self::LEN, MessageKind::Challenge)?;
-        let short = HandshakeError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        if r.u8().ok_or(short)? != 0 {
-            return Err(HandshakeError::ReservedNotZero);
-        }
+        let mut f = open(bytes, Self::LEN, MessageKind::Challenge)?;
+        f.reserved::<1>(HandshakeError::ReservedNotZero)?;
         Ok(Self {
-            from_rank: r.u32().ok_or(short)?,
-            to_rank: r.u32().ok_or(short)?,
-            nonce: r.array().ok_or(short)?,
-            mac: r.array().ok_or(short)?,
+            from_rank: f.u32()?,
+            to_rank: f.u32()?,
+            nonce: f.array()?,
+            mac: f.array()?,
         })
     }
 }
@@ -267,24 +264,17 @@ impl Proof {
     /// Wire form.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        prefix(&mut out, MessageKind::Proof);
-        out[8..].copy_from_slice(&self.mac);
+        let mut w = prefix(&mut out, MessageKind::Proof);
+        w.zeros(1);
+        w.bytes(&self.mac);
         out
     }
 
     /// Parses exactly [`Proof::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, HandshakeError> {
-        let mut r = open(bytes, Self::LEN, MessageKind::Proof)?;
-        let short = HandshakeError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        if r.u8().ok_or(short)? != 0 {
-            return Err(HandshakeError::ReservedNotZero);
-        }
-        Ok(Self {
-            mac: r.array().ok_or(short)?,
-        })
+        let mut f = open(bytes, Self::LEN, MessageKind::Proof)?;
+        f.reserved::<1>(HandshakeError::ReservedNotZero)?;
+        Ok(Self { mac: f.array()? })
     }
 }
 
@@ -306,19 +296,13 @@ impl Verdict {
     /// Wire form.
     pub fn encode(self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
-        prefix(&mut out, MessageKind::Verdict);
-        out[7] = self as u8;
+        prefix(&mut out, MessageKind::Verdict).u8(self as u8);
         out
     }
 
     /// Parses exactly [`Verdict::LEN`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, HandshakeError> {
-        let mut r = open(bytes, Self::LEN, MessageKind::Verdict)?;
-        let short = HandshakeError::BadLength {
-            have: bytes.len(),
-            want: Self::LEN,
-        };
-        match r.u8().ok_or(short)? {
+        match open(bytes, Self::LEN, MessageKind::Verdict)?.u8()? {
             0 => Ok(Self::Accept),
             1 => Ok(Self::Duplicate),
             v => Err(HandshakeError::UnknownVerdict(v)),

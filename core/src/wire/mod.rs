@@ -66,9 +66,127 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A [`Reader`] over bytes whose length the codec has already checked:
+/// every read that runs short fails with the codec's own length error.
+#[derive(Debug)]
+pub(crate) struct Fields<'a, E> {
+    r: Reader<'a>,
+    short: E,
+}
+
+impl<'a, E: Copy> Fields<'a, E> {
+    /// Reads from `r`, failing with `short` at the end.
+    pub(crate) fn new(r: Reader<'a>, short: E) -> Self {
+        Self { r, short }
+    }
+
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], E> {
+        self.r.array().ok_or(self.short)
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, E> {
+        self.r.u8().ok_or(self.short)
+    }
+
+    pub(crate) fn u16(&mut self) -> Result<u16, E> {
+        self.r.u16().ok_or(self.short)
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, E> {
+        self.r.u32().ok_or(self.short)
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, E> {
+        self.r.u64().ok_or(self.short)
+    }
+
+    /// A reserved field of `N` bytes: `not_zero` unless every byte is 0.
+    pub(crate) fn reserved<const N: usize>(&mut self, not_zero: E) -> Result<(), E> {
+        if self.array::<N>()? == [0; N] {
+            Ok(())
+        } else {
+            Err(not_zero)
+        }
+    }
+}
+
+/// Little-endian writer that fills a buffer sized for the message from its
+/// start. The codecs size their buffers exactly; a write that would run
+/// past the end is dropped (and asserted against in debug builds) rather
+/// than panicking.
+#[derive(Debug)]
+pub(crate) struct Writer<'a> {
+    out: &'a mut [u8],
+    pos: usize,
+}
+
+impl<'a> Writer<'a> {
+    pub(crate) fn new(out: &'a mut [u8]) -> Self {
+        Self { out, pos: 0 }
+    }
+
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
+        let end = self.pos.saturating_add(bytes.len());
+        match self.out.get_mut(self.pos..end) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.pos = end;
+            }
+            None => debug_assert!(false, "message buffer too small"),
+        }
+    }
+
+    /// `n` zero bytes (a reserved field; the buffer starts zeroed, so this
+    /// only moves on).
+    pub(crate) fn zeros(&mut self, n: usize) {
+        let end = self.pos.saturating_add(n).min(self.out.len());
+        debug_assert_eq!(end, self.pos + n, "message buffer too small");
+        if let Some(z) = self.out.get_mut(self.pos..end) {
+            z.fill(0);
+        }
+        self.pos = end;
+    }
+
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.bytes(&[v]);
+    }
+
+    pub(crate) fn u16(&mut self, v: u16) {
+        self.bytes(&v.to_le_bytes());
+    }
+
+    pub(crate) fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Reader;
+    use super::{Fields, Reader, Writer};
+
+    #[test]
+    fn writer_fills_in_order_and_fields_read_it_back() {
+        let mut out = [0xffu8; 16];
+        let mut w = Writer::new(&mut out);
+        w.u8(1);
+        w.u16(0x0302);
+        w.zeros(1);
+        w.u32(0x0706_0504);
+        w.u64(0x0f0e_0d0c_0b0a_0908);
+        assert_eq!(out, [1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]);
+        let mut f = Fields::new(Reader::new(&out), "short");
+        assert_eq!(f.u8(), Ok(1));
+        assert_eq!(f.u16(), Ok(0x0302));
+        assert_eq!(f.reserved::<1>("not zero"), Ok(()));
+        assert_eq!(f.reserved::<1>("not zero"), Err("not zero"));
+        assert_eq!(f.array::<3>(), Ok([5, 6, 7]));
+        assert_eq!(f.u64(), Ok(0x0f0e_0d0c_0b0a_0908));
+        assert_eq!(f.u32(), Err("short"));
+    }
 
     #[test]
     fn reader_stops_at_the_end() {
