@@ -131,7 +131,7 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
     r.register(
         KEEPALIVE_TIME,
         ParamValue::UInt(DEFAULT_KEEPALIVE_TIME),
-        "seconds a connection may be idle before keepalive probes start (0: no probes, a peer whose machine dies is noticed only when data goes unacknowledged for about fifteen minutes)",
+        "seconds a connection may be idle before keepalive probes start (0: no probes, so an idle connection to a peer whose machine died is never failed)",
     )?;
     r.register(
         KEEPALIVE_INTVL,
