@@ -481,6 +481,53 @@ fn a_bad_buddy_min_block_fails_init_naming_the_parameter() {
     assert_eq!(heap.stats().unwrap().used_bytes, 4096);
 }
 
+#[test]
+fn buddy_cache_bounds_come_from_parameters() {
+    let opts = options(&[("FIREOPAL_MEMHEAP_BUDDY_CACHE_BLOCKS", "5000")], &[]);
+    let err = SymmetricHeap::init(&Registry::open(&opts).unwrap(), &opts).unwrap_err();
+    assert!(
+        matches!(err, InitError::Open(_)) && err.to_string().contains("memheap_buddy_cache_blocks"),
+        "{err}"
+    );
+    // A freed block waits in its cache, unmerged, so a block twice its size
+    // goes elsewhere; with the caches off it merges at once and the larger
+    // block takes its place.
+    let second_offset = |cache_blocks: &str, cache_bytes: &str| {
+        let opts = options(
+            &[
+                ("FIREOPAL_MEMHEAP", "buddy"),
+                ("FIREOPAL_MEMHEAP_BUDDY_MIN_BLOCK", "64"),
+                ("FIREOPAL_MEMHEAP_BUDDY_CACHE_BLOCKS", cache_blocks),
+                ("FIREOPAL_MEMHEAP_BUDDY_CACHE_BYTES", cache_bytes),
+            ],
+            &[],
+        );
+        let heap = SymmetricHeap::init(&Registry::open(&opts).unwrap(), &opts).unwrap();
+        let a = heap.malloc(64);
+        let first = heap.offset_of(a).expect("in the heap");
+        heap.free(a).expect("live block");
+        let b = heap.malloc(128);
+        let second = heap.offset_of(b).expect("in the heap");
+        heap.free(b).expect("live block");
+        (first, second)
+    };
+    let (first, cached) = second_offset("32", "0");
+    assert_ne!(cached, first, "caches on: the freed block stayed cached");
+    assert_eq!(
+        second_offset("32", "64"),
+        (first, cached),
+        "64 bytes hold it"
+    );
+    let (first_off, merged) = second_offset("0", "0");
+    assert_eq!(first, first_off);
+    assert_eq!(merged, first, "caches off: the freed block merged");
+    assert_eq!(
+        second_offset("32", "32"),
+        (first, first),
+        "a block larger than the byte bound is never cached"
+    );
+}
+
 /// Runs `cmd` with a time limit; on expiry the child is stopped (SIGTERM,
 /// then SIGKILL) and the test fails. Returns (exit code, stdout, stderr).
 fn run_bounded(cmd: &mut Command, limit: Duration) -> (i32, String, String) {

@@ -6,8 +6,11 @@
 //! powers of two (at least `memheap_buddy_min_block`), aligned to their
 //! size. Freed blocks wait in per-order caches before they merge, so a
 //! block freed and asked for again comes back in O(1); the stats count them
-//! as free and merged. The component writes into the segment only to move
-//! contents when `realloc` cannot resize in place.
+//! as free and merged; `memheap_buddy_cache_blocks` and
+//! `memheap_buddy_cache_bytes` bound the caches (every process of a job
+//! must use the same bounds, as the same smallest block: they decide which
+//! offsets later calls return). The component writes into the segment only
+//! to move contents when `realloc` cannot resize in place.
 
 // `realloc` copies contents between two blocks of the segment.
 #![allow(unsafe_code)]
@@ -17,13 +20,17 @@ use fireopal_abi::memheap::{Allocator, MemheapComponentImpl, MemheapStats, Segme
 use fireopal_abi::param::{ParamRegistrar, ParamValue};
 use fireopal_abi::{Availability, ComponentVersion, ErrorKind, PluginError};
 use fireopal_core::buddy::{
-    AllocError, BuddyAllocator, FreeError, NewError, Realloc, ReallocError,
+    AllocError, BuddyAllocator, CacheLimits, FreeError, NewError, Realloc, ReallocError,
 };
 
 /// Parameter holding the component's selection priority.
 pub const PRIORITY_PARAM: &str = "memheap_buddy_priority";
 /// Parameter holding the smallest block size.
 pub const MIN_BLOCK_PARAM: &str = "memheap_buddy_min_block";
+/// Parameter holding the freed blocks cached per order.
+pub const CACHE_BLOCKS_PARAM: &str = "memheap_buddy_cache_blocks";
+/// Parameter holding the bytes cached over all orders.
+pub const CACHE_BYTES_PARAM: &str = "memheap_buddy_cache_bytes";
 /// Default priority. Above the `ptmalloc` plugin's 10: metadata outside
 /// the heap is safe from remote writes, and the component needs no file.
 pub const DEFAULT_PRIORITY: u64 = 30;
@@ -47,6 +54,16 @@ impl MemheapComponentImpl for BuddyComponent {
             MIN_BLOCK_PARAM,
             ParamValue::Size(BuddyAllocator::DEFAULT_MIN_BLOCK),
             "smallest block of the buddy allocator (a power of two): every allocation takes at least this much",
+        )?;
+        registry.register(
+            CACHE_BLOCKS_PARAM,
+            ParamValue::UInt(u64::from(CacheLimits::DEFAULT_BLOCKS_PER_ORDER)),
+            "freed blocks of each size kept unmerged for reuse (0: every free merges at once; at most 4096)",
+        )?;
+        registry.register(
+            CACHE_BYTES_PARAM,
+            ParamValue::Size(0),
+            "bytes kept in unmerged freed blocks over all sizes (0: a sixteenth of the heap)",
         )
     }
 
@@ -69,8 +86,22 @@ impl MemheapComponentImpl for BuddyComponent {
                 "{MIN_BLOCK_PARAM} = {min_block} is not a power of two"
             )));
         }
+        let blocks = host
+            .param_u64(CACHE_BLOCKS_PARAM)
+            .unwrap_or(u64::from(CacheLimits::DEFAULT_BLOCKS_PER_ORDER));
+        let blocks_per_order = u32::try_from(blocks)
+            .ok()
+            .filter(|&b| b <= CacheLimits::MAX_BLOCKS_PER_ORDER)
+            .ok_or_else(|| {
+                PluginError::invalid(format!(
+                    "{CACHE_BLOCKS_PARAM} = {blocks} is above {}",
+                    CacheLimits::MAX_BLOCKS_PER_ORDER
+                ))
+            })?;
         Ok(BuddyModule {
             min_block,
+            cache_blocks: blocks_per_order,
+            cache_bytes: host.param_u64(CACHE_BYTES_PARAM).unwrap_or(0),
             heap: None,
         })
     }
@@ -80,6 +111,10 @@ impl MemheapComponentImpl for BuddyComponent {
 #[derive(Debug)]
 pub struct BuddyModule {
     min_block: u64,
+    /// `memheap_buddy_cache_blocks`.
+    cache_blocks: u32,
+    /// `memheap_buddy_cache_bytes` (0: the allocator's default share).
+    cache_bytes: u64,
     heap: Option<(BuddyAllocator, Segment)>,
 }
 
@@ -138,7 +173,7 @@ impl Allocator for BuddyModule {
                 "buddy heap is already initialised",
             ));
         }
-        let heap =
+        let mut heap =
             BuddyAllocator::with_min_block(segment.len(), self.min_block).map_err(|e| match e {
                 NewError::InvalidMinBlock => {
                     PluginError::invalid(format!("{MIN_BLOCK_PARAM} = {}: {e}", self.min_block))
@@ -148,6 +183,19 @@ impl Allocator for BuddyModule {
                     format!("buddy tables for a {} byte heap: {e}", segment.len()),
                 ),
             })?;
+        let limits = CacheLimits {
+            blocks_per_order: self.cache_blocks,
+            max_bytes: match self.cache_bytes {
+                0 => heap.cache_limits().max_bytes,
+                n => n,
+            },
+        };
+        heap.set_cache_limits(limits).map_err(|e| {
+            PluginError::new(
+                ErrorKind::RESOURCE_EXHAUSTED,
+                format!("buddy free caches of {limits:?}: {e}"),
+            )
+        })?;
         self.heap = Some((heap, segment));
         Ok(())
     }
