@@ -95,9 +95,8 @@ impl TcpModule {
             }
             // Best effort: latency only.
             let _ = sock.set_nodelay();
-            if let Err(e) = sock
-                .set_keepalive(self.settings.keepalive)
-                .and_then(|()| sock.set_user_timeout(self.settings.user_timeout_ms))
+            if let Err(e) =
+                sock.set_liveness(self.settings.keepalive, self.settings.user_timeout_ms)
             {
                 self.log(
                     LogLevel::Warn,

@@ -12,11 +12,10 @@
 //! Parameters (all `btl_tcp_*`): `if_include` / `if_exclude`, `ipv6`,
 //! `links`, `eager_limit`, `max_send_size`, `sndbuf` / `rcvbuf`,
 //! `write_chunk`, `recv_staging`, `handshake_timeout_ms`, `max_unauthenticated`,
-//! `keepalive_time` / `keepalive_intvl` / `keepalive_probes`,
-//! `user_timeout_ms`, `priority`,
-//! `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their help. Every
-//! process of a job must use the same `max_send_size` (it is also the
-//! largest frame a receiver accepts).
+//! `keepalive_time` / `keepalive_intvl` / `keepalive_probes`, `user_timeout_ms`,
+//! `priority`, `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
+//! help. Every process of a job must use the same `max_send_size` (it is
+//! also the largest frame a receiver accepts).
 //!
 //! A peer that closes its connection is failed at once. One that goes
 //! silent without closing it (its machine died, the network between was

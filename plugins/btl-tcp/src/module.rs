@@ -312,10 +312,7 @@ impl TcpModule {
                 return Err(err);
             }
         };
-        if let Err(e) = sock
-            .set_keepalive(self.settings.keepalive)
-            .and_then(|()| sock.set_user_timeout(self.settings.user_timeout_ms))
-        {
+        if let Err(e) = sock.set_liveness(self.settings.keepalive, self.settings.user_timeout_ms) {
             self.log(
                 LogLevel::Warn,
                 &format!("cannot set the dead-peer timeouts of the connection to rank {rank}: {e}"),

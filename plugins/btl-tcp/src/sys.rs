@@ -299,6 +299,19 @@ impl Socket {
         }
     }
 
+    /// Sets how the connection notices a silent peer: keepalive probes
+    /// when idle, and a bound on unacknowledged data (see
+    /// [`set_keepalive`](Self::set_keepalive) and
+    /// [`set_user_timeout`](Self::set_user_timeout)).
+    pub(crate) fn set_liveness(
+        &self,
+        keepalive: Option<Keepalive>,
+        user_timeout_ms: u32,
+    ) -> io::Result<()> {
+        self.set_keepalive(keepalive)?;
+        self.set_user_timeout(user_timeout_ms)
+    }
+
     /// Turns keepalive probing on with these settings (`None`: leaves the
     /// kernel's default, no probes).
     pub(crate) fn set_keepalive(&self, keepalive: Option<Keepalive>) -> io::Result<()> {
