@@ -22,6 +22,9 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+#[macro_use]
+mod codes;
+
 pub mod am;
 pub mod auth;
 pub mod buddy;

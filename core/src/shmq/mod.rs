@@ -53,46 +53,29 @@ pub const fn seq_distance(earlier: u32, later: u32) -> u32 {
     later.wrapping_sub(earlier) & SEQ_MASK
 }
 
-/// What a fragment is, in a fast-box entry or a queue slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Kind {
-    /// An active message, handed to the host.
-    Active = 1,
-    /// Fast box only: the rest of the ring is unused, the next entry is at
-    /// its start.
-    Wrap = 2,
-    /// Rendezvous: the payload is described, the receiver fetches it.
-    Rts = 3,
-    /// Rendezvous done; the sender may complete its send.
-    Fin = 4,
-    /// The owner unmapped a segment; mappings of it must go.
-    Unmap = 5,
-    /// Emulated RDMA read request.
-    GetRequest = 6,
-    /// Bytes answering a [`Kind::GetRequest`].
-    GetData = 7,
-    /// Emulated RDMA write of some bytes.
-    PutData = 8,
-    /// The target of a put wrote everything (or failed).
-    PutAck = 9,
-}
-
-impl Kind {
-    /// The kind of a code read from shared memory.
-    pub const fn from_code(code: u8) -> Option<Kind> {
-        Some(match code {
-            1 => Kind::Active,
-            2 => Kind::Wrap,
-            3 => Kind::Rts,
-            4 => Kind::Fin,
-            5 => Kind::Unmap,
-            6 => Kind::GetRequest,
-            7 => Kind::GetData,
-            8 => Kind::PutData,
-            9 => Kind::PutAck,
-            _ => return None,
-        })
+code_enum! {
+    /// What a fragment is, in a fast-box entry or a queue slot.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Kind: u8 {
+        /// An active message, handed to the host.
+        Active = 1,
+        /// Fast box only: the rest of the ring is unused, the next entry is at
+        /// its start.
+        Wrap = 2,
+        /// Rendezvous: the payload is described, the receiver fetches it.
+        Rts = 3,
+        /// Rendezvous done; the sender may complete its send.
+        Fin = 4,
+        /// The owner unmapped a segment; mappings of it must go.
+        Unmap = 5,
+        /// Emulated RDMA read request.
+        GetRequest = 6,
+        /// Bytes answering a [`Kind::GetRequest`].
+        GetData = 7,
+        /// Emulated RDMA write of some bytes.
+        PutData = 8,
+        /// The target of a put wrote everything (or failed).
+        PutAck = 9,
     }
 }
 

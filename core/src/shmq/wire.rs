@@ -135,28 +135,20 @@ impl Rts {
     }
 }
 
-/// Outcome carried by completions of the control protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Status {
-    /// Done.
-    Ok = 0,
-    /// The target refused: no such registration, no such access, or the
-    /// range is outside it.
-    Refused = 1,
-    /// The receiver could not fetch the data (mapping or read failed).
-    FetchFailed = 2,
-}
+/// A status code that is not a [`Status`].
+const BAD_STATUS: Malformed = Malformed::OutOfRange("status code");
 
-impl Status {
-    /// The status of a code; unknown codes are malformed.
-    pub fn from_code(code: u32) -> Result<Status, Malformed> {
-        match code {
-            0 => Ok(Status::Ok),
-            1 => Ok(Status::Refused),
-            2 => Ok(Status::FetchFailed),
-            _ => Err(Malformed::OutOfRange("status code")),
-        }
+code_enum! {
+    /// Outcome carried by completions of the control protocol.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Status: u32 {
+        /// Done.
+        Ok = 0,
+        /// The target refused: no such registration, no such access, or the
+        /// range is outside it.
+        Refused = 1,
+        /// The receiver could not fetch the data (mapping or read failed).
+        FetchFailed = 2,
     }
 }
 
@@ -186,7 +178,7 @@ impl Fin {
         let r = Reader::new(bytes, FIN_LEN)?;
         Ok(Fin {
             id: r.u64(0),
-            status: Status::from_code(r.u32(8))?,
+            status: Status::from_code(r.u32(8)).ok_or(BAD_STATUS)?,
         })
     }
 }
@@ -305,7 +297,7 @@ impl GetData {
         Ok(GetData {
             id: r.u64(0),
             offset: r.u64(8),
-            status: Status::from_code(r.u32(16))?,
+            status: Status::from_code(r.u32(16)).ok_or(BAD_STATUS)?,
         })
     }
 }
@@ -389,7 +381,7 @@ impl PutAck {
         let r = Reader::new(bytes, PUT_ACK_LEN)?;
         Ok(PutAck {
             id: r.u64(0),
-            status: Status::from_code(r.u32(8))?,
+            status: Status::from_code(r.u32(8)).ok_or(BAD_STATUS)?,
         })
     }
 }

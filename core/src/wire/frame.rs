@@ -28,35 +28,24 @@ pub const FRAME_HEADER_LEN: usize = 16;
 /// Marker in every frame header.
 pub const FRAME_MARKER: [u8; 4] = *b"fotf";
 
-/// What a frame carries.
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FrameKind {
-    /// An active message: the header is the sender's, then the payload.
-    Active = 1,
-    /// A piece of a `put`: [`PutHeader`], then the bytes to write.
-    Put = 2,
-    /// The target's answer to one [`FrameKind::Put`]: [`PutAck`], no payload.
-    PutAck = 3,
-    /// A `get`: [`GetRequest`], no payload.
-    GetRequest = 4,
-    /// A piece of the answer to a `get`: [`GetResponse`], then the bytes read.
-    GetResponse = 5,
+code_enum! {
+    /// What a frame carries.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FrameKind: u8 {
+        /// An active message: the header is the sender's, then the payload.
+        Active = 1,
+        /// A piece of a `put`: [`PutHeader`], then the bytes to write.
+        Put = 2,
+        /// The target's answer to one [`FrameKind::Put`]: [`PutAck`], no payload.
+        PutAck = 3,
+        /// A `get`: [`GetRequest`], no payload.
+        GetRequest = 4,
+        /// A piece of the answer to a `get`: [`GetResponse`], then the bytes read.
+        GetResponse = 5,
+    }
 }
 
 impl FrameKind {
-    /// The kind with wire code `code`, if known.
-    pub const fn from_code(code: u8) -> Option<Self> {
-        Some(match code {
-            1 => Self::Active,
-            2 => Self::Put,
-            3 => Self::PutAck,
-            4 => Self::GetRequest,
-            5 => Self::GetResponse,
-            _ => return None,
-        })
-    }
-
     /// Exact sub-header length of the RDMA kinds; `None` for active
     /// messages, whose header length is the sender's choice.
     pub const fn fixed_header_len(self) -> Option<usize> {
@@ -344,33 +333,20 @@ impl RemoteKey {
     }
 }
 
-/// Outcome of an RDMA operation on the target.
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RdmaStatus {
-    /// Done.
-    Ok = 0,
-    /// No registration has the key's id, or its secret differs.
-    UnknownKey = 1,
-    /// The registration does not grant the access asked for.
-    AccessDenied = 2,
-    /// The range is not inside the registration.
-    OutOfRange = 3,
-    /// The registration went away while the operation used it.
-    Deregistered = 4,
-}
-
-impl RdmaStatus {
-    /// The status with wire code `code`, if known.
-    pub const fn from_code(code: u32) -> Option<Self> {
-        Some(match code {
-            0 => Self::Ok,
-            1 => Self::UnknownKey,
-            2 => Self::AccessDenied,
-            3 => Self::OutOfRange,
-            4 => Self::Deregistered,
-            _ => return None,
-        })
+code_enum! {
+    /// Outcome of an RDMA operation on the target.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum RdmaStatus: u32 {
+        /// Done.
+        Ok = 0,
+        /// No registration has the key's id, or its secret differs.
+        UnknownKey = 1,
+        /// The registration does not grant the access asked for.
+        AccessDenied = 2,
+        /// The range is not inside the registration.
+        OutOfRange = 3,
+        /// The registration went away while the operation used it.
+        Deregistered = 4,
     }
 }
 
