@@ -21,6 +21,14 @@ fn cache() -> (RegCache<Recorder>, Recorder, TransportId) {
     cache_with(RegCacheConfig::default())
 }
 
+/// A cache whose misses register exactly the rounded range.
+fn cache_without_merging() -> (RegCache<Recorder>, Recorder, TransportId) {
+    cache_with(RegCacheConfig {
+        merge: false,
+        ..RegCacheConfig::default()
+    })
+}
+
 fn get(
     cache: &RegCache<Recorder>,
     addr: usize,
@@ -111,11 +119,7 @@ fn range_spanning_two_registrations_in_use_gets_its_own() {
 
 #[test]
 fn merging_off_registers_the_plain_range() {
-    let config = RegCacheConfig {
-        merge: false,
-        ..RegCacheConfig::default()
-    };
-    let (cache, rec, t) = cache_with(config);
+    let (cache, rec, t) = cache_without_merging();
     cache.put(get(&cache, 0x30_0000, PAGE, t));
     cache.put(get(&cache, 0x30_0000 + 2 * PAGE, PAGE, t));
     let span = get(&cache, 0x30_0000 + PAGE / 2, 2 * PAGE, t);
@@ -175,11 +179,7 @@ fn invalidating_part_of_an_in_use_registration_defers_deregistration() {
 
 #[test]
 fn invalidate_touching_more_than_a_hundred_registrations() {
-    let config = RegCacheConfig {
-        merge: false,
-        ..RegCacheConfig::default()
-    };
-    let (cache, rec, t) = cache_with(config);
+    let (cache, rec, t) = cache_without_merging();
     let base = 0x100_0000;
     let mut held = Vec::new();
     for i in 0..150 {
@@ -289,11 +289,7 @@ fn lru_by_count_evicts_oldest_idle_and_never_in_use() {
 #[test]
 fn eviction_follows_the_order_of_last_puts_over_many_reuses() {
     // Enough reuse that the LRU list drops its stale records many times.
-    let config = RegCacheConfig {
-        merge: false,
-        ..RegCacheConfig::default()
-    };
-    let (cache, rec, t) = cache_with(config);
+    let (cache, rec, t) = cache_without_merging();
     const N: usize = 200;
     let at = |i: usize| 0x600_0000 + i * 2 * PAGE;
     let handles: Vec<_> = (0..N)
