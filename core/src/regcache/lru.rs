@@ -3,7 +3,10 @@
 //! the slot index its owner remembers.
 //!
 //! Items are linked by `u32` slot index; freed slots are reused. The list
-//! only allocates when the slab grows (in [`LruList::push_back`]).
+//! only allocates when the slab grows (in [`LruList::push_back`]). A slot
+//! index is only a claim: moving or removing an item names the slot *and*
+//! checks that the item there is the one meant, so a stale index leaves the
+//! list alone instead of unlinking a stranger.
 
 use alloc::vec::Vec;
 
@@ -118,12 +121,24 @@ impl<T> LruList<T> {
         Some(slot)
     }
 
-    /// Moves an item to the back.
-    pub(crate) fn move_to_back(&mut self, slot: u32) {
-        if self.link(slot).is_some() && self.tail != slot {
+    /// Moves the item in `slot` to the back if `is_it` recognises it;
+    /// false (and nothing moved) otherwise.
+    pub(crate) fn move_to_back(&mut self, slot: u32, is_it: impl FnOnce(&T) -> bool) -> bool {
+        if !self.holds(slot, is_it) {
+            return false;
+        }
+        if self.tail != slot {
             self.detach(slot);
             self.attach_back(slot);
         }
+        true
+    }
+
+    /// Whether `slot` holds an item that `is_it` recognises.
+    fn holds(&self, slot: u32, is_it: impl FnOnce(&T) -> bool) -> bool {
+        self.link(slot)
+            .and_then(|l| l.value.as_ref())
+            .is_some_and(is_it)
     }
 
     /// The front (least recently used) item and its slot.
@@ -132,9 +147,12 @@ impl<T> LruList<T> {
         l.value.as_ref().map(|v| (self.head, v))
     }
 
-    /// Removes an item and hands it back.
-    pub(crate) fn remove(&mut self, slot: u32) -> Option<T> {
-        self.link(slot)?;
+    /// Removes the item in `slot` and hands it back, if `is_it` recognises
+    /// it.
+    pub(crate) fn remove(&mut self, slot: u32, is_it: impl FnOnce(&T) -> bool) -> Option<T> {
+        if !self.holds(slot, is_it) {
+            return None;
+        }
         self.detach(slot);
         let free = self.free;
         let l = self.links.get_mut(slot as usize)?;
@@ -149,13 +167,14 @@ impl<T> LruList<T> {
     /// order.
     pub(crate) fn remove_where(&mut self, mut drop_it: impl FnMut(&T) -> bool, out: &mut Vec<T>) {
         let mut slot = self.head;
-        while slot != NIL {
+        // Bounded by the slab, so that even a broken link cannot loop.
+        for _ in 0..self.links.len() {
             let Some(l) = self.link(slot) else {
                 return;
             };
             let next = l.next;
             if l.value.as_ref().is_some_and(&mut drop_it) {
-                if let Some(v) = self.remove(slot) {
+                if let Some(v) = self.remove(slot, |_| true) {
                     out.push(v);
                 }
             }
@@ -193,12 +212,12 @@ mod tests {
         let mut l = LruList::new();
         let s: Vec<u32> = (0..5).map(|v| l.push_back(v).expect("room")).collect();
         assert_eq!(order(&l), vec![0, 1, 2, 3, 4]);
-        l.move_to_back(s[0]);
-        l.move_to_back(s[2]);
+        assert!(l.move_to_back(s[0], |&v| v == 0));
+        assert!(l.move_to_back(s[2], |&v| v == 2));
         assert_eq!(order(&l), vec![1, 3, 4, 0, 2]);
         assert_eq!(l.front().map(|(_, v)| *v), Some(1));
-        assert_eq!(l.remove(s[3]), Some(3));
-        assert_eq!(l.remove(s[3]), None);
+        assert_eq!(l.remove(s[3], |&v| v == 3), Some(3));
+        assert_eq!(l.remove(s[3], |_| true), None);
         assert_eq!(order(&l), vec![1, 4, 0, 2]);
         // A freed slot is reused.
         assert_eq!(l.push_back(9), Some(s[3]));
@@ -207,6 +226,11 @@ mod tests {
         assert_eq!(out, vec![4, 0, 2]);
         assert_eq!(order(&l), vec![1, 9]);
         assert_eq!(l.len(), 2);
+        // A slot index naming another item than the one meant changes
+        // nothing.
+        assert!(!l.move_to_back(s[1], |&v| v == 9));
+        assert_eq!(l.remove(s[1], |&v| v == 9), None);
+        assert_eq!(order(&l), vec![1, 9]);
         let mut all = l.take_all();
         all.sort_unstable();
         assert_eq!(all, vec![1, 9]);

@@ -1338,10 +1338,12 @@ impl<B: RegistrationBackend> Shared<B> {
                 return Released::Done;
             }
             let slot = entry.lru_slot.load(Ordering::Relaxed);
-            if slot != lru::NIL {
-                lru.list.move_to_back(slot);
-            } else if let Some(slot) = lru.list.push_back(Arc::clone(&entry)) {
-                entry.lru_slot.store(slot, Ordering::Relaxed);
+            let moved = slot != lru::NIL && lru.list.move_to_back(slot, |e| Arc::ptr_eq(e, &entry));
+            debug_assert!(moved || slot == lru::NIL, "stale LRU slot");
+            if !moved {
+                if let Some(slot) = lru.list.push_back(Arc::clone(&entry)) {
+                    entry.lru_slot.store(slot, Ordering::Relaxed);
+                }
             }
             // Entries that left the index stay listed until met; sweep them
             // once they could outnumber the live ones.
@@ -1374,9 +1376,11 @@ impl<B: RegistrationBackend> Shared<B> {
         while self.over_limits() {
             let front = {
                 let lru = self.lru.lock();
-                lru.list.front().map(|(_, entry)| Arc::clone(entry))
+                lru.list
+                    .front()
+                    .map(|(slot, entry)| (slot, Arc::clone(entry)))
             };
-            let Some(entry) = front else {
+            let Some((front_slot, entry)) = front else {
                 return;
             };
             let (evicted, in_index) = {
@@ -1405,13 +1409,24 @@ impl<B: RegistrationBackend> Shared<B> {
                 let drop_it = evicted.is_some()
                     || !in_index
                     || (!lru.closed && self.index.read().refs(&entry) > 0);
+                let is_it = |e: &Arc<Entry<B>>| Arc::ptr_eq(e, &entry);
                 let slot = entry.lru_slot.load(Ordering::Relaxed);
-                if drop_it && slot != lru::NIL {
-                    entry.lru_slot.store(lru::NIL, Ordering::Relaxed);
-                    lru.list.remove(slot)
+                let removed = if drop_it {
+                    // Where the entry says it is; failing that, where it was
+                    // seen, so that a wrong `lru_slot` cannot keep the front
+                    // in place and this loop spinning.
+                    lru.list.remove(slot, is_it).or_else(|| {
+                        let found = lru.list.remove(front_slot, is_it);
+                        debug_assert!(found.is_none(), "stale LRU slot");
+                        found
+                    })
                 } else {
                     None
+                };
+                if removed.is_some() {
+                    entry.lru_slot.store(lru::NIL, Ordering::Relaxed);
                 }
+                removed
             };
             if let Some(slot) = evicted {
                 self.deregister(&entry);
