@@ -405,164 +405,146 @@ fn exact(bytes: &[u8], want: usize) -> Result<Fields<'_, RdmaHeaderError>, RdmaH
     }
 }
 
-/// Writes a status code and the zero word after it.
-fn write_status(w: &mut Writer<'_>, status: RdmaStatus) {
-    w.u32(status as u32);
-    w.zeros(4);
-}
-
-/// Reads a status code and the zero word after it.
-fn read_status(f: &mut Fields<'_, RdmaHeaderError>) -> Result<RdmaStatus, RdmaHeaderError> {
-    let code = f.u32()?;
-    let status = RdmaStatus::from_code(code).ok_or(RdmaHeaderError::UnknownStatus(code))?;
-    f.reserved::<4>(RdmaHeaderError::ReservedNotZero)?;
-    Ok(status)
-}
-
-/// Sub-header of a [`FrameKind::Put`] frame: write the payload at
-/// `remote_addr` in the registration named by `key`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PutHeader {
-    /// Initiator's operation id, echoed in the [`PutAck`].
-    pub op_id: u64,
-    /// Target address of the first payload byte.
-    pub remote_addr: u64,
-    /// The target registration.
-    pub key: RemoteKey,
-}
-
-impl PutHeader {
+/// A field of an RDMA sub-header, with its wire form. The sub-headers
+/// below are declared with [`rdma_sub_header!`] from these, so that each
+/// is read in exactly the order and widths it is written.
+trait SubHeaderField: Sized {
     /// Wire length.
-    pub const LEN: usize = 32;
+    const LEN: usize;
+    fn write(&self, w: &mut Writer<'_>);
+    fn read(f: &mut Fields<'_, RdmaHeaderError>) -> Result<Self, RdmaHeaderError>;
+}
 
-    /// Wire form.
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut out = [0u8; Self::LEN];
-        let mut w = Writer::new(&mut out);
-        w.u64(self.op_id);
-        w.u64(self.remote_addr);
-        self.key.write(&mut w);
-        out
+impl SubHeaderField for u64 {
+    const LEN: usize = 8;
+
+    fn write(&self, w: &mut Writer<'_>) {
+        w.u64(*self);
     }
 
-    /// Parses exactly [`PutHeader::LEN`] bytes.
-    pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let mut f = exact(bytes, Self::LEN)?;
-        Ok(Self {
-            op_id: f.u64()?,
-            remote_addr: f.u64()?,
-            key: RemoteKey::read(&mut f)?,
-        })
+    fn read(f: &mut Fields<'_, RdmaHeaderError>) -> Result<Self, RdmaHeaderError> {
+        f.u64()
     }
 }
 
-/// Sub-header of a [`FrameKind::PutAck`] frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PutAck {
-    /// The [`PutHeader::op_id`] answered.
-    pub op_id: u64,
-    /// Whether the bytes were written.
-    pub status: RdmaStatus,
-}
+impl SubHeaderField for RemoteKey {
+    const LEN: usize = RemoteKey::LEN;
 
-impl PutAck {
-    /// Wire length.
-    pub const LEN: usize = 16;
-
-    /// Wire form.
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut out = [0u8; Self::LEN];
-        let mut w = Writer::new(&mut out);
-        w.u64(self.op_id);
-        write_status(&mut w, self.status);
-        out
+    fn write(&self, w: &mut Writer<'_>) {
+        RemoteKey::write(self, w);
     }
 
-    /// Parses exactly [`PutAck::LEN`] bytes.
-    pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let mut f = exact(bytes, Self::LEN)?;
-        Ok(Self {
-            op_id: f.u64()?,
-            status: read_status(&mut f)?,
-        })
+    fn read(f: &mut Fields<'_, RdmaHeaderError>) -> Result<Self, RdmaHeaderError> {
+        RemoteKey::read(f)
     }
 }
 
-/// Sub-header of a [`FrameKind::GetRequest`] frame: send back `length`
-/// bytes from `remote_addr` in the registration named by `key`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GetRequest {
-    /// Initiator's operation id, echoed in every [`GetResponse`].
-    pub op_id: u64,
-    /// Target address of the first byte to read.
-    pub remote_addr: u64,
-    /// The target registration.
-    pub key: RemoteKey,
-    /// Bytes to read.
-    pub length: u64,
-}
+/// A status is its code and a reserved zero word, so that the fields after
+/// it stay 8-byte aligned.
+impl SubHeaderField for RdmaStatus {
+    const LEN: usize = 8;
 
-impl GetRequest {
-    /// Wire length.
-    pub const LEN: usize = 40;
-
-    /// Wire form.
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut out = [0u8; Self::LEN];
-        let mut w = Writer::new(&mut out);
-        w.u64(self.op_id);
-        w.u64(self.remote_addr);
-        self.key.write(&mut w);
-        w.u64(self.length);
-        out
+    fn write(&self, w: &mut Writer<'_>) {
+        w.u32(*self as u32);
+        w.zeros(4);
     }
 
-    /// Parses exactly [`GetRequest::LEN`] bytes.
-    pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let mut f = exact(bytes, Self::LEN)?;
-        Ok(Self {
-            op_id: f.u64()?,
-            remote_addr: f.u64()?,
-            key: RemoteKey::read(&mut f)?,
-            length: f.u64()?,
-        })
+    fn read(f: &mut Fields<'_, RdmaHeaderError>) -> Result<Self, RdmaHeaderError> {
+        let code = f.u32()?;
+        let status = RdmaStatus::from_code(code).ok_or(RdmaHeaderError::UnknownStatus(code))?;
+        f.reserved::<4>(RdmaHeaderError::ReservedNotZero)?;
+        Ok(status)
     }
 }
 
-/// Sub-header of a [`FrameKind::GetResponse`] frame: the payload holds the
-/// bytes read at `offset` within the request's range (none on error).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GetResponse {
-    /// The [`GetRequest::op_id`] answered.
-    pub op_id: u64,
-    /// Whether the bytes could be read.
-    pub status: RdmaStatus,
-    /// Where the payload goes within the requested range.
-    pub offset: u64,
+/// Declares an RDMA sub-header: the struct, its `LEN` (the sum of its
+/// fields') and the `encode` / `parse` pair, fields in declaration order.
+macro_rules! rdma_sub_header {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field: $ty, )*
+        }
+
+        impl $name {
+            /// Wire length.
+            pub const LEN: usize = 0 $( + <$ty as SubHeaderField>::LEN )*;
+
+            /// Wire form.
+            pub fn encode(&self) -> [u8; Self::LEN] {
+                let mut out = [0u8; Self::LEN];
+                let mut w = Writer::new(&mut out);
+                $( SubHeaderField::write(&self.$field, &mut w); )*
+                out
+            }
+
+            #[doc = concat!("Parses exactly [`", stringify!($name), "::LEN`] bytes.")]
+            pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
+                let mut f = exact(bytes, Self::LEN)?;
+                // Struct fields are evaluated in the order written.
+                Ok(Self {
+                    $( $field: <$ty as SubHeaderField>::read(&mut f)?, )*
+                })
+            }
+        }
+    };
 }
 
-impl GetResponse {
-    /// Wire length.
-    pub const LEN: usize = 24;
-
-    /// Wire form.
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut out = [0u8; Self::LEN];
-        let mut w = Writer::new(&mut out);
-        w.u64(self.op_id);
-        write_status(&mut w, self.status);
-        w.u64(self.offset);
-        out
+rdma_sub_header! {
+    /// Sub-header of a [`FrameKind::Put`] frame: write the payload at
+    /// `remote_addr` in the registration named by `key`.
+    pub struct PutHeader {
+        /// Initiator's operation id, echoed in the [`PutAck`].
+        pub op_id: u64,
+        /// Target address of the first payload byte.
+        pub remote_addr: u64,
+        /// The target registration.
+        pub key: RemoteKey,
     }
+}
 
-    /// Parses exactly [`GetResponse::LEN`] bytes.
-    pub fn parse(bytes: &[u8]) -> Result<Self, RdmaHeaderError> {
-        let mut f = exact(bytes, Self::LEN)?;
-        Ok(Self {
-            op_id: f.u64()?,
-            status: read_status(&mut f)?,
-            offset: f.u64()?,
-        })
+rdma_sub_header! {
+    /// Sub-header of a [`FrameKind::PutAck`] frame.
+    pub struct PutAck {
+        /// The [`PutHeader::op_id`] answered.
+        pub op_id: u64,
+        /// Whether the bytes were written.
+        pub status: RdmaStatus,
+    }
+}
+
+rdma_sub_header! {
+    /// Sub-header of a [`FrameKind::GetRequest`] frame: send back `length`
+    /// bytes from `remote_addr` in the registration named by `key`.
+    pub struct GetRequest {
+        /// Initiator's operation id, echoed in every [`GetResponse`].
+        pub op_id: u64,
+        /// Target address of the first byte to read.
+        pub remote_addr: u64,
+        /// The target registration.
+        pub key: RemoteKey,
+        /// Bytes to read.
+        pub length: u64,
+    }
+}
+
+rdma_sub_header! {
+    /// Sub-header of a [`FrameKind::GetResponse`] frame: the payload holds
+    /// the bytes read at `offset` within the request's range (none on
+    /// error).
+    pub struct GetResponse {
+        /// The [`GetRequest::op_id`] answered.
+        pub op_id: u64,
+        /// Whether the bytes could be read.
+        pub status: RdmaStatus,
+        /// Where the payload goes within the requested range.
+        pub offset: u64,
     }
 }
 
@@ -758,6 +740,56 @@ mod tests {
             offset: 64,
         };
         assert_eq!(GetResponse::parse(&resp.encode()), Ok(resp));
+    }
+
+    /// The wire layout itself, byte for byte: every field little-endian in
+    /// declaration order, a status as its code then four zero bytes.
+    #[test]
+    fn rdma_sub_header_layouts_are_pinned() {
+        fn le(words: &[u64]) -> alloc::vec::Vec<u8> {
+            words.iter().flat_map(|w| w.to_le_bytes()).collect()
+        }
+        let key = RemoteKey {
+            id: 0x1111_2222_3333_4444,
+            secret: 0x5555_6666_7777_8888,
+        };
+        let (op, addr) = (0x0102_0304_0506_0708, 0x7fff_0000_1000);
+        let put = PutHeader {
+            op_id: op,
+            remote_addr: addr,
+            key,
+        };
+        assert_eq!(put.encode()[..], le(&[op, addr, key.id, key.secret])[..]);
+        let ack = PutAck {
+            op_id: op,
+            status: RdmaStatus::AccessDenied,
+        };
+        assert_eq!(ack.encode()[..], le(&[op, 2])[..]);
+        let get = GetRequest {
+            op_id: op,
+            remote_addr: addr,
+            key,
+            length: 4096,
+        };
+        assert_eq!(
+            get.encode()[..],
+            le(&[op, addr, key.id, key.secret, 4096])[..]
+        );
+        let resp = GetResponse {
+            op_id: op,
+            status: RdmaStatus::Deregistered,
+            offset: 64,
+        };
+        assert_eq!(resp.encode()[..], le(&[op, 4, 64])[..]);
+        assert_eq!(
+            [
+                PutHeader::LEN,
+                PutAck::LEN,
+                GetRequest::LEN,
+                GetResponse::LEN
+            ],
+            [32, 16, 40, 24]
+        );
     }
 
     #[test]
