@@ -528,17 +528,8 @@ impl Messenger {
         if self.sendi_on(i, peer, tag, header, payload)? {
             return Ok(SendTicket::Done);
         }
-        let cookie = self.next_cookie;
         let (h, p) = (RSlice::from_slice(header), RSlice::from_slice(payload));
-        match self.slots[i]
-            .module
-            .send(peer, tag, h, p, cookie)
-            .into_result()
-        {
-            Ok(Completion::Done) => Ok(SendTicket::Done),
-            Ok(Completion::Pending) => Ok(self.track_pending(cookie)),
-            Err(e) => Err(SendError::Module(e)),
-        }
+        self.start_tracked(i, |module, cookie| module.send(peer, tag, h, p, cookie))
     }
 
     /// The module for `peer`, refusing the framework's own tags.
@@ -570,6 +561,44 @@ impl Messenger {
             Ok(SendiOutcome::Busy) => Ok(false),
             Err(e) => Err(SendError::Module(e)),
         }
+    }
+
+    /// Starts one operation on module `i` under the next cookie, and turns
+    /// the module's answer into a ticket.
+    fn start_tracked(
+        &mut self,
+        i: usize,
+        start: impl FnOnce(&mut BtlModuleBox, u64) -> RResult<Completion, PluginError>,
+    ) -> Result<SendTicket, SendError> {
+        let cookie = self.next_cookie;
+        let slot = self.slot_mut(i)?;
+        slot.active = true;
+        match start(&mut slot.module, cookie)
+            .into_result()
+            .map_err(SendError::Module)?
+        {
+            Completion::Done => Ok(SendTicket::Done),
+            Completion::Pending => Ok(self.track_pending(cookie)),
+        }
+    }
+
+    /// Calls module `i` for something that completes at once (registering,
+    /// buffers).
+    fn call_module<T>(
+        &mut self,
+        i: usize,
+        call: impl FnOnce(&mut BtlModuleBox) -> RResult<T, PluginError>,
+    ) -> Result<T, SendError> {
+        call(&mut self.slot_mut(i)?.module)
+            .into_result()
+            .map_err(SendError::Module)
+    }
+
+    /// Module `i`'s slot; a handle naming no module of this messenger is
+    /// answered as unreachable.
+    fn slot_mut(&mut self, i: usize) -> Result<&mut ModuleSlot, SendError> {
+        let rank = self.rank;
+        self.slots.get_mut(i).ok_or(SendError::Unreachable(rank))
     }
 
     /// Records a single operation the module will complete later under
@@ -889,11 +918,7 @@ impl Messenger {
         access: Access,
     ) -> Result<MemoryHandle, SendError> {
         let i = self.module_for(peer)?;
-        let reg = self.slots[i]
-            .module
-            .register_mem(region, access)
-            .into_result()
-            .map_err(SendError::Module)?;
+        let reg = self.call_module(i, |module| module.register_mem(region, access))?;
         Ok(MemoryHandle {
             module: i,
             id: reg.id,
@@ -903,14 +928,7 @@ impl Messenger {
 
     /// Releases a registration; operations using it must be complete.
     pub fn deregister_memory(&mut self, handle: MemoryHandle) -> Result<(), SendError> {
-        let slot = self
-            .slots
-            .get_mut(handle.module)
-            .ok_or(SendError::Unreachable(self.rank))?;
-        slot.module
-            .deregister_mem(handle.id)
-            .into_result()
-            .map_err(SendError::Module)
+        self.call_module(handle.module, |module| module.deregister_mem(handle.id))
     }
 
     /// Writes `local` into `peer`'s memory at `remote_addr`, inside the
@@ -948,26 +966,21 @@ impl Messenger {
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
         let i = self.module_for(peer)?;
-        let cookie = self.next_cookie;
-        let op = RdmaOp {
-            peer,
-            local,
-            local_registration: local_handle.map_or(u64::MAX, |h| h.id),
-            remote_addr,
-            remote_key: RSlice::from_slice(remote_key),
-            cookie,
-        };
-        self.slots[i].active = true;
-        let module = &mut self.slots[i].module;
-        let result = if write {
-            module.put(op)
-        } else {
-            module.get(op)
-        };
-        match result.into_result().map_err(SendError::Module)? {
-            Completion::Done => Ok(SendTicket::Done),
-            Completion::Pending => Ok(self.track_pending(cookie)),
-        }
+        self.start_tracked(i, |module, cookie| {
+            let op = RdmaOp {
+                peer,
+                local,
+                local_registration: local_handle.map_or(u64::MAX, |h| h.id),
+                remote_addr,
+                remote_key: RSlice::from_slice(remote_key),
+                cookie,
+            };
+            if write {
+                module.put(op)
+            } else {
+                module.get(op)
+            }
+        })
     }
 }
 
@@ -1003,11 +1016,7 @@ impl Messenger {
         len: usize,
     ) -> Result<TransferBufferHandle, SendError> {
         let i = self.module_for(peer)?;
-        let b = self.slots[i]
-            .module
-            .alloc_transfer_buffer(len)
-            .into_result()
-            .map_err(SendError::Module)?;
+        let b = self.call_module(i, |module| module.alloc_transfer_buffer(len))?;
         if b.region.len() < len {
             return Err(SendError::Module(PluginError::invalid(
                 "transport returned a transfer buffer shorter than asked",
@@ -1025,14 +1034,9 @@ impl Messenger {
     pub fn free_transfer_buffer(&mut self, buffer: TransferBufferHandle) -> Result<(), SendError> {
         self.live_buffers
             .retain(|&(m, id)| (m, id) != (buffer.module, buffer.id));
-        let slot = self
-            .slots
-            .get_mut(buffer.module)
-            .ok_or(SendError::Unreachable(self.rank))?;
-        slot.module
-            .free_transfer_buffer(buffer.id)
-            .into_result()
-            .map_err(SendError::Module)
+        self.call_module(buffer.module, |module| {
+            module.free_transfer_buffer(buffer.id)
+        })
     }
 
     fn check_buffer(&self, buffer: &TransferBufferHandle, end: usize) -> Result<(), SendError> {
@@ -1110,18 +1114,10 @@ impl Messenger {
         header: &[u8],
         payload: MemRegion,
     ) -> Result<SendTicket, SendError> {
-        let cookie = self.next_cookie;
-        let slot = &mut self.slots[i];
-        slot.active = true;
-        match slot
-            .module
-            .send_in_place(peer, tag, RSlice::from_slice(header), payload, cookie)
-            .into_result()
-            .map_err(SendError::Module)?
-        {
-            Completion::Done => Ok(SendTicket::Done),
-            Completion::Pending => Ok(self.track_pending(cookie)),
-        }
+        let header = RSlice::from_slice(header);
+        self.start_tracked(i, |module, cookie| {
+            module.send_in_place(peer, tag, header, payload, cookie)
+        })
     }
 }
 
