@@ -9,6 +9,7 @@ use abi_stable::std_types::{RArc, ROption, RStr};
 use abi_stable::StableAbi;
 
 use crate::param::ParamValue;
+use crate::Availability;
 
 /// Length of the per-job secret in bytes.
 pub const JOB_KEY_LEN: usize = 32;
@@ -116,6 +117,17 @@ impl Host {
             ParamValue::UInt(v) | ParamValue::Size(v) => Some(v),
             _ => None,
         }
+    }
+
+    /// A component's selection priority from its parameter `name`
+    /// (`default` when unset). A value above `u32::MAX` makes the component
+    /// unavailable, with a reason naming the parameter, rather than being
+    /// cut to 32 bits.
+    pub fn priority(&self, name: &str, default: u32) -> Result<u32, Availability> {
+        let p = self.param_u64(name).unwrap_or(u64::from(default));
+        u32::try_from(p).map_err(|_| Availability::Unavailable {
+            reason: format!("{name} = {p} does not fit in 32 bits").into(),
+        })
     }
 
     /// Signed parameter, `None` when missing or of another type.

@@ -615,6 +615,15 @@ fn fireopal_info_lists_and_selects_both_components() {
         out.contains("ptmalloc     0.1.0    available (priority 77) [selected]"),
         "{out}"
     );
+    // A priority that does not fit in 32 bits is refused, not cut short.
+    let (_, out, _) = fireopal(
+        &["info", "--param", "memheap_buddy_priority=4294967296"],
+        &[],
+    );
+    assert!(
+        out.contains("memheap_buddy_priority = 4294967296 does not fit in 32 bits"),
+        "{out}"
+    );
 
     // Through FIREOPAL_PLUGIN_PATH: a copy in another directory comes first.
     let dir = profile_dir()

@@ -33,7 +33,7 @@ pub const CACHE_BLOCKS_PARAM: &str = "memheap_buddy_cache_blocks";
 pub const CACHE_BYTES_PARAM: &str = "memheap_buddy_cache_bytes";
 /// Default priority. Above the `ptmalloc` plugin's 10: metadata outside
 /// the heap is safe from remote writes, and the component needs no file.
-pub const DEFAULT_PRIORITY: u64 = 30;
+pub const DEFAULT_PRIORITY: u32 = 30;
 
 /// The `buddy` component.
 #[derive(Debug)]
@@ -47,7 +47,7 @@ impl MemheapComponentImpl for BuddyComponent {
     fn register_params(registry: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         registry.register(
             PRIORITY_PARAM,
-            ParamValue::UInt(DEFAULT_PRIORITY),
+            ParamValue::UInt(u64::from(DEFAULT_PRIORITY)),
             "selection priority of the buddy symmetric-heap allocator (highest available wins)",
         )?;
         registry.register(
@@ -68,12 +68,9 @@ impl MemheapComponentImpl for BuddyComponent {
     }
 
     fn query(host: &Host) -> Availability {
-        let p = host.param_u64(PRIORITY_PARAM).unwrap_or(DEFAULT_PRIORITY);
-        match u32::try_from(p) {
+        match host.priority(PRIORITY_PARAM, DEFAULT_PRIORITY) {
             Ok(priority) => Availability::Available { priority },
-            Err(_) => Availability::Unavailable {
-                reason: format!("{PRIORITY_PARAM} = {p} does not fit in 32 bits").into(),
-            },
+            Err(unavailable) => unavailable,
         }
     }
 

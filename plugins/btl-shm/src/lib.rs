@@ -313,7 +313,10 @@ impl BtlComponentImpl for ShmComponent {
                 reason: format!("cannot make a sealed memfd segment: {e}").into(),
             };
         }
-        let priority = host.param_u64(PARAM_PRIORITY).unwrap_or(80);
+        let priority = match host.priority(PARAM_PRIORITY, 80) {
+            Ok(p) => p,
+            Err(unavailable) => return unavailable,
+        };
         // The single-copy paths, as `fireopal info` shows them.
         let wanted = host
             .param_str(PARAM_SINGLE_COPY)
@@ -331,14 +334,9 @@ impl BtlComponentImpl for ShmComponent {
             "on"
         };
         let note = format!("single copy: memfd mappings {memfd}, process_vm_readv {cma}");
-        match u32::try_from(priority) {
-            Ok(priority) => Availability::AvailableWithNote {
-                priority,
-                note: note.into(),
-            },
-            Err(_) => Availability::Unavailable {
-                reason: format!("{PARAM_PRIORITY} is larger than 2^32-1").into(),
-            },
+        Availability::AvailableWithNote {
+            priority,
+            note: note.into(),
         }
     }
 

@@ -30,7 +30,7 @@ use fireopal_abi::{Availability, ComponentVersion, ErrorKind, PluginError};
 /// Parameter holding the component's selection priority.
 pub const PRIORITY_PARAM: &str = "memheap_ptmalloc_priority";
 /// Default priority: below the built-in `buddy` (30).
-pub const DEFAULT_PRIORITY: u64 = 10;
+pub const DEFAULT_PRIORITY: u32 = 10;
 
 /// The `ptmalloc` memheap component.
 #[derive(Debug)]
@@ -44,18 +44,15 @@ impl MemheapComponentImpl for PtmallocComponent {
     fn register_params(registry: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         registry.register(
             PRIORITY_PARAM,
-            ParamValue::UInt(DEFAULT_PRIORITY),
+            ParamValue::UInt(u64::from(DEFAULT_PRIORITY)),
             "selection priority of the ptmalloc symmetric-heap allocator (highest available wins)",
         )
     }
 
     fn query(host: &Host) -> Availability {
-        let p = host.param_u64(PRIORITY_PARAM).unwrap_or(DEFAULT_PRIORITY);
-        match u32::try_from(p) {
+        match host.priority(PRIORITY_PARAM, DEFAULT_PRIORITY) {
             Ok(priority) => Availability::Available { priority },
-            Err(_) => Availability::Unavailable {
-                reason: format!("{PRIORITY_PARAM} = {p} does not fit in 32 bits").into(),
-            },
+            Err(unavailable) => unavailable,
         }
     }
 
