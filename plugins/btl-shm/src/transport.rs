@@ -1135,31 +1135,19 @@ impl State {
                     let frag = Frag::control(Kind::GetData, &refusal);
                     return self.write_now(p, local, &frag);
                 }
-                while *sent < *len {
-                    let cap = self.chunk_capacity(p, GET_DATA_LEN);
-                    let n = (*len - *sent).min(cap as u64);
-                    let head = GetData {
-                        id: *id,
-                        offset: *sent,
+                let id = *id;
+                let head = |offset| {
+                    GetData {
+                        id,
+                        offset,
                         status: Status::Ok,
                     }
-                    .encode();
-                    // SAFETY: inside a live registration granting remote
-                    // reads (checked above), valid per `MemRegion`'s
-                    // contract until deregistered.
-                    let bytes = unsafe { mem::local_bytes((*addr + *sent) as usize, n as usize) };
-                    let frag = Frag {
-                        kind: Kind::GetData,
-                        tag: 0,
-                        hdr_len: 0,
-                        parts: [&head, bytes, &[]],
-                    };
-                    if !self.write_now(p, local, &frag)? {
-                        return Ok(false);
-                    }
-                    *sent += n;
-                }
-                Ok(true)
+                    .encode()
+                };
+                // SAFETY: inside a live registration granting remote reads
+                // (checked above), valid per `MemRegion`'s contract until
+                // deregistered.
+                unsafe { self.stream(p, local, Kind::GetData, *addr as usize, *len, sent, head) }
             }
             Pending::PutStream {
                 id,
@@ -1169,34 +1157,62 @@ impl State {
                 len,
                 sent,
             } => {
-                while *sent < *len {
-                    let cap = self.chunk_capacity(p, PUT_DATA_LEN);
-                    let n = (*len - *sent).min(cap as u64);
-                    let head = PutData {
-                        id: *id,
-                        addr: *remote,
-                        total: *len,
-                        offset: *sent,
-                        reg: *reg,
+                let (id, addr, total, reg) = (*id, *remote, *len, *reg);
+                let head = |offset| {
+                    PutData {
+                        id,
+                        addr,
+                        total,
+                        offset,
+                        reg,
                     }
-                    .encode();
-                    // SAFETY: the put's local region, valid for reads until
-                    // its completion per `MemRegion`'s contract.
-                    let bytes = unsafe { mem::local_bytes(*src + *sent as usize, n as usize) };
-                    let frag = Frag {
-                        kind: Kind::PutData,
-                        tag: 0,
-                        hdr_len: 0,
-                        parts: [&head, bytes, &[]],
-                    };
-                    if !self.write_now(p, local, &frag)? {
-                        return Ok(false);
-                    }
-                    *sent += n;
-                }
-                Ok(true)
+                    .encode()
+                };
+                // SAFETY: the put's local region, valid for reads until its
+                // completion per `MemRegion`'s contract.
+                unsafe { self.stream(p, local, Kind::PutData, *src, *len, sent, head) }
             }
         }
+    }
+
+    /// Writes the bytes `sent..len` of the local memory at `src` to peer
+    /// `p` in `kind` fragments as large as its queue takes, each behind the
+    /// sub-header `head` makes for the fragment's offset, and moves `sent`
+    /// on. False when the queue filled first (the rest goes later).
+    ///
+    /// # Safety
+    ///
+    /// `src..src + len` must be valid for reads during the call.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn stream<const H: usize>(
+        &mut self,
+        p: u32,
+        local: u16,
+        kind: Kind,
+        src: usize,
+        len: u64,
+        sent: &mut u64,
+        head: impl Fn(u64) -> [u8; H],
+    ) -> Result<bool, PluginError> {
+        while *sent < len {
+            let cap = self.chunk_capacity(p, H);
+            let n = (len - *sent).min(cap as u64);
+            let head = head(*sent);
+            // SAFETY: a sub-range of `src..src + len`, readable per the
+            // caller's contract.
+            let bytes = unsafe { mem::local_bytes(src + *sent as usize, n as usize) };
+            let frag = Frag {
+                kind,
+                tag: 0,
+                hdr_len: 0,
+                parts: [&head, bytes, &[]],
+            };
+            if !self.write_now(p, local, &frag)? {
+                return Ok(false);
+            }
+            *sent += n;
+        }
+        Ok(true)
     }
 
     /// Data bytes per chunk of emulated RDMA to peer `p`.
