@@ -225,16 +225,21 @@ fn put_and_get_interleave_with_messages_in_order() {
     wait_rdma(&mut procs, 0, 10).unwrap();
 }
 
-fn small_buffers(spec: JobSpec) -> JobSpec {
-    spec.param("btl_tcp_sndbuf", ParamValue::Size(64 << 10))
-        .param("btl_tcp_rcvbuf", ParamValue::Size(64 << 10))
+/// Two ranks with 64 KiB socket buffers (so a large transfer is still in
+/// flight when the test acts), connected by a first message from 0 to 1.
+fn connected_with_small_buffers() -> Vec<Proc> {
+    let spec = JobSpec::new(2)
+        .param("btl_tcp_sndbuf", ParamValue::Size(64 << 10))
+        .param("btl_tcp_rcvbuf", ParamValue::Size(64 << 10));
+    let mut procs = job(spec);
+    post(procs[0].m(), 1, 0, b"", b"hello", 0);
+    drive(&mut procs, "connection", |p| p[1].rec.count_from(0) == 1);
+    procs
 }
 
 #[test]
 fn deregistering_during_a_put_stops_the_writes_and_fails_the_put() {
-    let mut procs = job(small_buffers(JobSpec::new(2)));
-    post(procs[0].m(), 1, 0, b"", b"hello", 0);
-    drive(&mut procs, "connection", |p| p[1].rec.count_from(0) == 1);
+    let mut procs = connected_with_small_buffers();
     let mut target = vec![0xeeu8; 4 << 20];
     let base = target.as_ptr() as u64;
     let reg = procs[1]
@@ -267,9 +272,7 @@ fn deregistering_during_a_put_stops_the_writes_and_fails_the_put() {
 
 #[test]
 fn get_answers_queued_at_deregistration_carry_the_bytes_of_that_moment() {
-    let mut procs = job(small_buffers(JobSpec::new(2)));
-    post(procs[0].m(), 1, 0, b"", b"hello", 0);
-    drive(&mut procs, "connection", |p| p[1].rec.count_from(0) == 1);
+    let mut procs = connected_with_small_buffers();
     let original = pattern(9, 2 << 20);
     let mut target = original.clone();
     let base = target.as_ptr() as u64;
