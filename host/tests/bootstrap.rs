@@ -6,8 +6,11 @@
 //! everything it started are killed before the test fails.
 #![allow(unsafe_code)]
 
+mod common;
 #[path = "../../tests/src/proc_tree.rs"]
 mod proc_tree;
+
+use common::{built, profile_dir, FIREOPAL};
 
 use proc_tree::{descendants, signal};
 use std::io::{BufRead, BufReader, Read};
@@ -18,22 +21,6 @@ use std::sync::OnceLock;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-const FIREOPAL: &str = env!("CARGO_BIN_EXE_fireopal");
-
-/// Whether the example at `path` is missing or older than what it is built
-/// from (the library, which `bin` also links, or its own source).
-fn is_stale(path: &Path, bin: &Path) -> bool {
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bootstrap_exchange.rs");
-    match modified(path) {
-        None => true,
-        Some(built) => [modified(bin), modified(&source)]
-            .into_iter()
-            .flatten()
-            .any(|input| input > built),
-    }
-}
-
 /// The example program, in the `examples` directory beside the `fireopal`
 /// binary. Plain `cargo test` builds it; when a narrower command (`cargo
 /// test --test bootstrap`) did not, or left it stale, it is built here
@@ -41,29 +28,16 @@ fn is_stale(path: &Path, bin: &Path) -> bool {
 fn example() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
-        let bin = PathBuf::from(FIREOPAL);
-        let dir = bin.parent().ok_or("fireopal binary has no directory")?;
-        let path = dir.join("examples").join("bootstrap_exchange");
-        if !is_stale(&path, &bin) {
-            return Ok(path);
-        }
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-p", "fireopal", "--example", "bootstrap_exchange"]);
-        // The profile directory's name says how this test was built.
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cargo.arg("--release");
-        }
-        let status = cargo
-            .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if status.success() && path.exists() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "{} is missing and `cargo build --example bootstrap_exchange` failed ({status})",
-                path.display()
-            ))
-        }
+        let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+        built(
+            profile_dir().join("examples").join("bootstrap_exchange"),
+            // The library is in the binary, which is newer than it.
+            &[
+                PathBuf::from(FIREOPAL),
+                host.join("examples").join("bootstrap_exchange.rs"),
+            ],
+            &["-p", "fireopal", "--example", "bootstrap_exchange"],
+        )
     });
     match built {
         Ok(path) => path.clone(),

@@ -9,81 +9,23 @@
 //! child process runs under a time limit.
 #![allow(unsafe_code)]
 
+mod common;
+
+use common::{built, profile_dir, workspace, FIREOPAL};
+
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use fireopal::memheap::{FreeError, InitError, SymmetricHeap, DEFAULT_ALIGN};
 use fireopal::plugin::{Options, Origin, Registry};
 
-const FIREOPAL: &str = env!("CARGO_BIN_EXE_fireopal");
 const COMPONENTS: [&str; 2] = ["buddy", "ptmalloc"];
 const PLUGIN_FILE: &str = "libfireopal_memheap_ptmalloc.so";
-
-fn profile_dir() -> PathBuf {
-    Path::new(FIREOPAL)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-fn modified(p: &Path) -> Option<SystemTime> {
-    std::fs::metadata(p).and_then(|m| m.modified()).ok()
-}
-
-/// Newest modification time of the files under `dir`.
-fn newest_under(dir: &Path) -> Option<SystemTime> {
-    let mut newest = None;
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = entry.path();
-        let t = if p.is_dir() {
-            newest_under(&p)
-        } else {
-            modified(&p)
-        };
-        newest = newest.max(t);
-    }
-    newest
-}
-
-/// Builds `output` with `cargo build <args>` unless it is newer than every
-/// input; returns it.
-fn built(output: PathBuf, inputs: &[PathBuf], args: &[&str]) -> Result<PathBuf, String> {
-    let newest_input = inputs
-        .iter()
-        .filter_map(|i| newest_under(i).or(modified(i)))
-        .max();
-    if modified(&output).is_some_and(|b| newest_input.is_none_or(|i| i <= b)) {
-        return Ok(output);
-    }
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.arg("build").args(args);
-    if profile_dir().file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    let status = cargo
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if status.success() && output.exists() {
-        Ok(output)
-    } else {
-        Err(format!(
-            "cargo build {args:?} did not make {} ({status})",
-            output.display()
-        ))
-    }
-}
 
 /// The ptmalloc plugin, next to the `fireopal` binary.
 fn plugin() -> &'static Path {
