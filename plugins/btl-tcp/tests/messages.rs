@@ -310,3 +310,39 @@ fn a_sendi_the_socket_takes_only_in_part_is_finished_by_the_module() {
     assert_eq!(procs[0].rec.sends.len(), 1, "no completion for the sendi");
     procs[0].rec.assert_at_most_once();
 }
+
+#[test]
+fn a_sendi_over_the_write_chunk_goes_in_pieces_and_arrives_whole() {
+    // Pieces of 1000 bytes: the frame header (16 bytes), the message
+    // header and the payload are cut at varying places, in one piece, two,
+    // and many.
+    let mut procs = job(JobSpec::new(2).param("btl_tcp_write_chunk", ParamValue::Size(1000)));
+    assert_eq!(
+        procs[0].m().sendi(1, 0, b"", b"").unwrap(),
+        SendiOutcome::Busy
+    );
+    drive(&mut procs, "connection", |p| {
+        p[0].modules[0].connection_addresses(1).is_some()
+    });
+    let sizes = [983, 984, 985, 1999, 2000, 60_000];
+    for (i, &size) in sizes.iter().enumerate() {
+        let header = header_for(i);
+        let payload = pattern(50 + i as u64, size);
+        assert_eq!(
+            procs[0].m().sendi(1, i as u8, &header, &payload).unwrap(),
+            SendiOutcome::Sent,
+            "{size} bytes"
+        );
+    }
+    drive(&mut procs, "every message", |p| {
+        p[1].rec.count_from(0) == sizes.len()
+    });
+    for (i, msg) in procs[1].rec.from(0).enumerate() {
+        assert_eq!((msg.tag, &msg.header), (i as u8, &header_for(i)));
+        assert!(
+            msg.payload == pattern(50 + i as u64, sizes[i]),
+            "message {i}"
+        );
+    }
+    assert!(procs[0].rec.sends.is_empty(), "no completion for a sendi");
+}
