@@ -404,7 +404,11 @@ impl ShmTransport {
         let params = LayoutParams {
             local_size: job.local_size,
             fbox_bytes: u32::try_from(
-                (cfg.fbox_size.max(2 * fbox_max).div_ceil(LINE)).next_power_of_two() * LINE,
+                (cfg.fbox_bytes(job.local_size)
+                    .max(2 * fbox_max)
+                    .div_ceil(LINE))
+                .next_power_of_two()
+                    * LINE,
             )
             .map_err(|_| PluginError::invalid("fast-box size too large"))?,
             fbox_max_entry: u32::try_from(fbox_max)
