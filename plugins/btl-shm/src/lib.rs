@@ -254,6 +254,26 @@ impl Config {
                 "{PARAM_EAGER_LIMIT} must be between 1 KiB and 8 MiB"
             )));
         }
+        // The bounds of `fireopal_core::shmq::layout`, checked here so that
+        // the error names the parameter.
+        if !(64..=32 << 10).contains(&cfg.fbox_max) {
+            return Err(PluginError::invalid(format!(
+                "{PARAM_FBOX_MAX} = {}: must be between 64 bytes and 32 KiB",
+                cfg.fbox_max
+            )));
+        }
+        if cfg.fbox_size > 16 << 20 {
+            return Err(PluginError::invalid(format!(
+                "{PARAM_FBOX_SIZE} = {}: must be at most 16 MiB (0: sized by the node)",
+                cfg.fbox_size
+            )));
+        }
+        if !cfg.fifo_slots.is_power_of_two() || !(2..=1 << 16).contains(&cfg.fifo_slots) {
+            return Err(PluginError::invalid(format!(
+                "{PARAM_FIFO_SLOTS} = {}: must be a power of two from 2 to 65536",
+                cfg.fifo_slots
+            )));
+        }
         if cfg.max_send < cfg.eager_limit as u64 {
             return Err(PluginError::invalid(format!(
                 "{PARAM_MAX_SEND} must be at least {PARAM_EAGER_LIMIT}"

@@ -90,8 +90,25 @@ fn bad_parameters_are_refused_by_name() {
     let e = ShmComponent::open(host(0, 2, random_key(), &bogus)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::INVALID_ARGUMENT);
     assert!(e.message.contains(PARAM_SINGLE_COPY), "{e}");
-    let small = [(fireopal_btl_shm::PARAM_EAGER_LIMIT, ParamValue::Size(10))];
-    assert!(ShmComponent::open(host(0, 2, random_key(), &small)).is_err());
+    use fireopal_btl_shm::{
+        PARAM_EAGER_LIMIT, PARAM_FBOX_MAX, PARAM_FBOX_SIZE, PARAM_FIFO_SLOTS, PARAM_MAX_SEND,
+    };
+    let rows = [
+        (PARAM_EAGER_LIMIT, ParamValue::Size(10)),
+        (PARAM_FBOX_MAX, ParamValue::Size(32)),
+        (PARAM_FBOX_MAX, ParamValue::Size(100_000)),
+        (PARAM_FBOX_SIZE, ParamValue::Size(1 << 30)),
+        (PARAM_FIFO_SLOTS, ParamValue::UInt(100)),
+        (PARAM_FIFO_SLOTS, ParamValue::UInt(1 << 20)),
+        (PARAM_MAX_SEND, ParamValue::Size(1024)),
+    ];
+    for (name, value) in rows {
+        let e = ShmComponent::open(host(0, 2, random_key(), &[(name, value.clone())]))
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::INVALID_ARGUMENT, "{name} = {value:?}");
+        assert!(e.message.contains(name), "{name} = {value:?}: {e}");
+    }
 }
 
 #[test]
