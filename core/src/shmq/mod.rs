@@ -89,6 +89,13 @@ pub enum Malformed {
         /// Bytes there were.
         have: usize,
     },
+    /// More bytes than a message that nothing follows.
+    TrailingBytes {
+        /// Bytes of the message.
+        len: usize,
+        /// Bytes there were.
+        have: usize,
+    },
     /// A magic number or version did not match.
     BadMagic,
     /// A kind code that is not known, or not allowed here.
@@ -106,6 +113,9 @@ impl fmt::Display for Malformed {
         match self {
             Self::Truncated { need, have } => {
                 write!(f, "truncated: need {need} bytes, have {have}")
+            }
+            Self::TrailingBytes { len, have } => {
+                write!(f, "{have} bytes for a message of {len}")
             }
             Self::BadMagic => f.write_str("bad magic number or version"),
             Self::BadKind(k) => write!(f, "unknown or misplaced fragment kind {k}"),
@@ -134,6 +144,28 @@ impl<'a> Reader<'a> {
             });
         }
         Ok(Self { bytes })
+    }
+
+    /// `Ok` when the bytes of `range` are zero: a reserved field, or the
+    /// room of an absent one, which a sender leaves zero, so that no bits
+    /// of a message go unread.
+    pub(crate) fn reserved(&self, range: core::ops::Range<usize>) -> Result<(), Malformed> {
+        match self.bytes.get(range) {
+            Some(b) if b.iter().all(|&x| x == 0) => Ok(()),
+            _ => Err(Malformed::Inconsistent("reserved bytes are not zero")),
+        }
+    }
+
+    /// Reads from `bytes`, which must be exactly `len` bytes: a message
+    /// nothing follows, so that extra bytes are refused, not ignored.
+    pub(crate) fn exact(bytes: &'a [u8], len: usize) -> Result<Self, Malformed> {
+        if bytes.len() > len {
+            return Err(Malformed::TrailingBytes {
+                len,
+                have: bytes.len(),
+            });
+        }
+        Self::new(bytes, len)
     }
 
     fn array<const N: usize>(&self, at: usize) -> [u8; N] {

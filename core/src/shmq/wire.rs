@@ -38,6 +38,7 @@ impl SegmentRef {
     }
 
     fn read(r: &Reader<'_>, at: usize) -> Result<Self, Malformed> {
+        r.reserved(at + 20..at + 24)?;
         let s = SegmentRef {
             id: r.u64(at),
             file_id: r.u64(at + 8),
@@ -115,6 +116,7 @@ impl Rts {
         let id = r.u64(0);
         let len = r.u64(8);
         let at = r.u64(24 + SEGMENT_REF_LEN);
+        r.reserved(17..24)?;
         let source = match r.u8(16) {
             1 => {
                 let seg = SegmentRef::read(&r, 24)?;
@@ -124,6 +126,7 @@ impl Rts {
                 Source::Segment { seg, offset: at }
             }
             2 => {
+                r.reserved(24..24 + SEGMENT_REF_LEN)?;
                 if at.checked_add(len).is_none() {
                     return Err(Malformed::OutOfRange("rendezvous payload address"));
                 }
@@ -175,7 +178,8 @@ impl Fin {
 
     /// Decodes the message.
     pub fn decode(bytes: &[u8]) -> Result<Fin, Malformed> {
-        let r = Reader::new(bytes, FIN_LEN)?;
+        let r = Reader::exact(bytes, FIN_LEN)?;
+        r.reserved(12..16)?;
         Ok(Fin {
             id: r.u64(0),
             status: Status::from_code(r.u32(8)).ok_or(BAD_STATUS)?,
@@ -209,7 +213,7 @@ impl Unmap {
 
     /// Decodes the notice.
     pub fn decode(bytes: &[u8]) -> Result<Unmap, Malformed> {
-        let r = Reader::new(bytes, UNMAP_LEN)?;
+        let r = Reader::exact(bytes, UNMAP_LEN)?;
         let u = Unmap {
             id: r.u64(0),
             base: r.u64(8),
@@ -251,7 +255,7 @@ impl GetRequest {
 
     /// Decodes the request.
     pub fn decode(bytes: &[u8]) -> Result<GetRequest, Malformed> {
-        let r = Reader::new(bytes, GET_REQUEST_LEN)?;
+        let r = Reader::exact(bytes, GET_REQUEST_LEN)?;
         let g = GetRequest {
             id: r.u64(0),
             addr: r.u64(8),
@@ -294,6 +298,7 @@ impl GetData {
     /// Decodes the fixed part.
     pub fn decode(bytes: &[u8]) -> Result<GetData, Malformed> {
         let r = Reader::new(bytes, GET_DATA_LEN)?;
+        r.reserved(20..24)?;
         Ok(GetData {
             id: r.u64(0),
             offset: r.u64(8),
@@ -378,7 +383,8 @@ impl PutAck {
 
     /// Decodes the acknowledgement.
     pub fn decode(bytes: &[u8]) -> Result<PutAck, Malformed> {
-        let r = Reader::new(bytes, PUT_ACK_LEN)?;
+        let r = Reader::exact(bytes, PUT_ACK_LEN)?;
+        r.reserved(12..16)?;
         Ok(PutAck {
             id: r.u64(0),
             status: Status::from_code(r.u32(8)).ok_or(BAD_STATUS)?,
@@ -430,18 +436,16 @@ impl RemoteKey {
     /// Decodes a key: exactly [`REMOTE_KEY_LEN`] bytes, a non-empty range
     /// that, with a segment, lies inside it.
     pub fn decode(bytes: &[u8]) -> Result<RemoteKey, Malformed> {
-        if bytes.len() != REMOTE_KEY_LEN {
-            return Err(Malformed::Truncated {
-                need: REMOTE_KEY_LEN,
-                have: bytes.len(),
-            });
-        }
-        let r = Reader::new(bytes, REMOTE_KEY_LEN)?;
+        let r = Reader::exact(bytes, REMOTE_KEY_LEN)?;
         if r.u8(0) != KEY_VERSION {
             return Err(Malformed::BadMagic);
         }
+        r.reserved(3..4)?;
         let segment = match r.u8(2) {
-            0 => None,
+            0 => {
+                r.reserved(32..REMOTE_KEY_LEN)?;
+                None
+            }
             1 => Some(SegmentRef::read(&r, 32)?),
             k => return Err(Malformed::BadKind(k)),
         };
@@ -525,10 +529,11 @@ impl Address {
                 have: bytes.len(),
             });
         }
-        let r = Reader::new(bytes, ADDRESS_LEN)?;
+        let r = Reader::exact(bytes, ADDRESS_LEN)?;
         if r.u64(0) != ADDRESS_MAGIC {
             return Err(Malformed::BadMagic);
         }
+        r.reserved(64..ADDRESS_LEN)?;
         Ok(Address {
             rank: r.u32(8),
             local: r.u32(12),
@@ -677,5 +682,69 @@ mod tests {
         bad[0] ^= 1;
         assert_eq!(Address::decode(&bad), Err(Malformed::BadMagic));
         assert!(Address::decode(&a.encode()[..71]).is_err());
+    }
+
+    #[test]
+    fn messages_nothing_follows_refuse_extra_bytes_and_reserved_bits() {
+        let fin = Fin {
+            id: 7,
+            status: Status::Refused,
+        }
+        .encode();
+        let mut long = fin.to_vec();
+        long.push(0);
+        assert_eq!(
+            Fin::decode(&long),
+            Err(Malformed::TrailingBytes {
+                len: FIN_LEN,
+                have: FIN_LEN + 1
+            })
+        );
+        let mut padded = fin;
+        padded[13] = 1;
+        assert!(matches!(
+            Fin::decode(&padded),
+            Err(Malformed::Inconsistent(_))
+        ));
+
+        let key = RemoteKey {
+            reg: 1,
+            pid: 2,
+            access: 3,
+            base: 0x1000,
+            len: 64,
+            segment: None,
+        }
+        .encode();
+        let mut stray = key;
+        stray[40] = 9; // in the room of the absent segment
+        assert!(matches!(
+            RemoteKey::decode(&stray),
+            Err(Malformed::Inconsistent(_))
+        ));
+        let mut long = key.to_vec();
+        long.extend_from_slice(&[0; 8]);
+        assert!(matches!(
+            RemoteKey::decode(&long),
+            Err(Malformed::TrailingBytes { .. })
+        ));
+
+        // A rendezvous request is followed by the message header: extra
+        // bytes are that header, not an error.
+        let rts = Rts {
+            id: 1,
+            len: 8,
+            source: Source::Address(0x1000),
+        }
+        .encode();
+        let mut with_header = rts.to_vec();
+        with_header.extend_from_slice(b"hdr");
+        assert!(Rts::decode(&with_header).is_ok());
+        let mut stray = rts;
+        stray[30] = 1; // in the room of the absent segment
+        assert!(matches!(
+            Rts::decode(&stray),
+            Err(Malformed::Inconsistent(_))
+        ));
     }
 }
