@@ -13,6 +13,7 @@
 //! random bytes seldom get past.
 
 use fireopal_core::am::{decode_directory, encode_directory, FirstFragment};
+use fireopal_core::shmq::layout::{Header, HeaderExpect, Layout, LayoutParams, HEADER_LEN};
 use fireopal_core::shmq::{fbox, fifo, wire as shm};
 use fireopal_core::wire::address::{
     encode_addresses, parse_addresses, AddressEntry, InterfaceName,
@@ -280,6 +281,36 @@ proptest! {
         if let Ok(entries) = decode_directory(&raw) {
             let again = encode_directory(&entries).expect("parsed entries encode");
             prop_assert_eq!(again, raw);
+        }
+    }
+
+    #[test]
+    fn shm_segment_headers(edits in edits(4), raw in bytes_near(HEADER_LEN)) {
+        let key = [0x5a; 32];
+        let params = LayoutParams {
+            local_size: 4,
+            fbox_bytes: 32 << 10,
+            fbox_max_entry: 2048,
+            fifo_slots: 128,
+            fifo_slot_bytes: 8448,
+        };
+        let layout = Layout::new(params).expect("valid parameters");
+        let owner = Header { params, owner_rank: 2, owner_local: 2, owner_pid: 777, file_id: 31 };
+        let expect = HeaderExpect {
+            job_key: &key,
+            owner_rank: 2,
+            owner_local: 2,
+            owner_pid: 777,
+            file_id: 31,
+            file_len: layout.total_len() as u64,
+            local_size: 4,
+        };
+        let seed = layout.encode_header(&owner, &key);
+        prop_assert!(Layout::decode_header(&seed, &expect).is_ok());
+        for input in [edited(&seed, &edits), raw] {
+            if let Ok((l, h)) = Layout::decode_header(&input, &expect) {
+                prop_assert_eq!(&l.encode_header(&h, &key)[..], &input[..HEADER_LEN]);
+            }
         }
     }
 }

@@ -232,6 +232,7 @@ impl Layout {
         if r.u64(0) != MAGIC || r.u32(8) != VERSION {
             return Err(Malformed::BadMagic);
         }
+        r.reserved(44..48)?;
         let params = LayoutParams {
             local_size: r.u32(12),
             fbox_bytes: r.u32(16),
