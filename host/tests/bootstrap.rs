@@ -1,6 +1,7 @@
 //! `fireopal run` and the PMI-1 client, end to end: the example program
 //! `bootstrap_exchange` (built by `cargo test` into target/<profile>/examples)
-//! runs under `fireopal run`, under MPICH's Hydra, and alone.
+//! runs under `fireopal run`, under MPICH's Hydra, and alone; and the
+//! `token_ring` example shows a job's ranks talking over the messenger.
 //!
 //! Every launch has a time limit enforced here; on expiry the launcher and
 //! everything it started are killed before the test fails.
@@ -10,7 +11,7 @@ mod common;
 #[path = "../../tests/src/proc_tree.rs"]
 mod proc_tree;
 
-use common::{built, profile_dir, FIREOPAL};
+use common::{built, profile_dir, workspace, FIREOPAL};
 
 use proc_tree::{descendants, signal};
 use std::io::{BufRead, BufReader, Read};
@@ -37,6 +38,41 @@ fn example() -> PathBuf {
                 host.join("examples").join("bootstrap_exchange.rs"),
             ],
             &["-p", "fireopal", "--example", "bootstrap_exchange"],
+        )
+    });
+    match built {
+        Ok(path) => path.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The `token_ring` example, with the shared-memory and tcp plugins it
+/// runs over, each built when missing or stale.
+fn token_ring() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let root = workspace();
+        for btl in ["shm", "tcp"] {
+            let src = root.join("plugins").join(format!("btl-{btl}"));
+            built(
+                profile_dir().join(format!("libfireopal_btl_{btl}.so")),
+                &[
+                    src.join("src"),
+                    src.join("Cargo.toml"),
+                    root.join("abi").join("src"),
+                    root.join("core").join("src"),
+                ],
+                &["-p", &format!("fireopal-btl-{btl}")],
+            )?;
+        }
+        let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+        built(
+            profile_dir().join("examples").join("token_ring"),
+            &[
+                PathBuf::from(FIREOPAL),
+                host.join("examples").join("token_ring.rs"),
+            ],
+            &["-p", "fireopal", "--example", "token_ring"],
         )
     });
     match built {
@@ -186,6 +222,20 @@ fn four_ranks_exchange_under_fireopal_run() {
     let (status, stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
     assert!(status.success(), "{status}: {stderr}");
     assert_exchange_output(&stdout, 4);
+}
+
+#[test]
+fn a_token_goes_round_four_ranks_over_shm_and_over_tcp() {
+    let ex = token_ring();
+    for (btl, used) in [("self,shm", "shm"), ("self,tcp", "tcp")] {
+        let mut cmd = fireopal_run(&["-n", "4", "--"]);
+        cmd.arg(&ex).arg("3").env("FIREOPAL_BTL", btl);
+        let (status, stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+        assert!(status.success(), "{btl}: {status}: {stderr}");
+        let want =
+            format!("token went round 3 laps of 4 ranks (12 hops); rank 0 sends over {used}");
+        assert_eq!(stdout, [want], "{btl}");
+    }
 }
 
 #[test]

@@ -19,7 +19,6 @@ pub(crate) fn profile_dir() -> PathBuf {
 }
 
 /// The workspace root.
-#[allow(dead_code)] // not every test crate builds from the workspace's other crates
 pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
