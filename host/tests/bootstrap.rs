@@ -11,11 +11,11 @@ mod common;
 #[path = "../../tests/src/proc_tree.rs"]
 mod proc_tree;
 
-use common::{built, profile_dir, workspace, FIREOPAL};
+use common::{built, host_example, profile_dir, workspace, FIREOPAL};
 
 use proc_tree::{descendants, signal};
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
@@ -28,18 +28,7 @@ use std::time::{Duration, Instant};
 /// once, with the cargo that built this test.
 fn example() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let host = Path::new(env!("CARGO_MANIFEST_DIR"));
-        built(
-            profile_dir().join("examples").join("bootstrap_exchange"),
-            // The library is in the binary, which is newer than it.
-            &[
-                PathBuf::from(FIREOPAL),
-                host.join("examples").join("bootstrap_exchange.rs"),
-            ],
-            &["-p", "fireopal", "--example", "bootstrap_exchange"],
-        )
-    });
+    let built = BUILT.get_or_init(|| host_example("bootstrap_exchange"));
     match built {
         Ok(path) => path.clone(),
         Err(e) => panic!("{e}"),
@@ -65,15 +54,7 @@ fn token_ring() -> PathBuf {
                 &["-p", &format!("fireopal-btl-{btl}")],
             )?;
         }
-        let host = Path::new(env!("CARGO_MANIFEST_DIR"));
-        built(
-            profile_dir().join("examples").join("token_ring"),
-            &[
-                PathBuf::from(FIREOPAL),
-                host.join("examples").join("token_ring.rs"),
-            ],
-            &["-p", "fireopal", "--example", "token_ring"],
-        )
+        host_example("token_ring")
     });
     match built {
         Ok(path) => path.clone(),

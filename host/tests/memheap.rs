@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{built, profile_dir, workspace, FIREOPAL};
+use common::{built, host_example, profile_dir, workspace, FIREOPAL};
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -48,18 +48,7 @@ fn plugin() -> &'static Path {
 /// The `memheap_offsets` example.
 fn example() -> &'static Path {
     static EXAMPLE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let r = EXAMPLE.get_or_init(|| {
-        let host = Path::new(env!("CARGO_MANIFEST_DIR"));
-        built(
-            profile_dir().join("examples").join("memheap_offsets"),
-            &[
-                host.join("src"),
-                host.join("examples").join("memheap_offsets.rs"),
-                PathBuf::from(FIREOPAL),
-            ],
-            &["-p", "fireopal", "--example", "memheap_offsets"],
-        )
-    });
+    let r = EXAMPLE.get_or_init(|| host_example("memheap_offsets"));
     r.as_deref().unwrap_or_else(|e| panic!("{e}"))
 }
 

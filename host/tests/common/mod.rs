@@ -72,3 +72,19 @@ pub(crate) fn built(output: PathBuf, inputs: &[PathBuf], args: &[&str]) -> Resul
         ))
     }
 }
+
+/// The host's example `name` (`host/examples/<name>.rs`), in the
+/// `examples` directory beside the `fireopal` binary, built when missing or
+/// older than its source or the library (which the binary also links).
+pub(crate) fn host_example(name: &str) -> Result<PathBuf, String> {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    built(
+        profile_dir().join("examples").join(name),
+        &[
+            PathBuf::from(FIREOPAL),
+            host.join("src"),
+            host.join("examples").join(format!("{name}.rs")),
+        ],
+        &["-p", "fireopal", "--example", name],
+    )
+}
