@@ -432,52 +432,74 @@ fn dropping_the_cache_deregisters_idle_now_and_in_use_at_last_put() {
     assert_eq!(rec.registered(), rec.deregistered());
 }
 
+/// Runs `workers` threads of `work(worker)` against one more thread that
+/// calls `invalidate(i)` (which answers what `RegCache::invalidate` does)
+/// for i = 0, 1, ... until every worker is done, and at most ten million
+/// times, so that a worker's panic cannot hang it.
+fn race_with_invalidations(
+    workers: usize,
+    work: impl Fn(u64) + Sync,
+    invalidate: impl Fn(usize) -> usize + Sync,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for w in 0..workers as u64 {
+            let (work, done) = (&work, &done);
+            s.spawn(move || {
+                work(w);
+                done.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        let (invalidate, done) = (&invalidate, &done);
+        s.spawn(move || {
+            let mut i = 0usize;
+            while done.load(Ordering::Relaxed) < workers && i < 10_000_000 {
+                invalidate(i);
+                i += 1;
+            }
+        });
+    });
+}
+
+/// The next number of a xorshift sequence.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 #[test]
 fn concurrent_gets_puts_and_invalidations_balance() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    const WORKERS: usize = 3;
     let config = RegCacheConfig {
         max_count: 40,
         ..RegCacheConfig::default()
     };
     let (cache, rec, t) = cache_with(config);
-    let done = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for w in 0..WORKERS as u64 {
-            let (cache, rec, done) = (&cache, &rec, &done);
-            s.spawn(move || {
-                let mut x = 0x2545_f491_4f6c_dd1d_u64 ^ (w + 1);
-                for _ in 0..20_000 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let page = (x % 64) as usize;
-                    let len = 1 + (x >> 8) as usize % (3 * PAGE);
-                    let addr = 0x800_0000 + page * PAGE + (x >> 20) as usize % PAGE;
-                    match cache.get(addr, len, RR, t) {
-                        Ok(reg) => {
-                            assert!(reg.region().base() <= addr);
-                            assert!(reg.region().last() >= addr + len - 1);
-                            assert!(rec.is_live(*reg.handle()));
-                            cache.put(reg);
-                        }
-                        Err(GetError::InvalidatedDuringRegistration) => {}
-                        Err(e) => panic!("unexpected {e}"),
+    race_with_invalidations(
+        3,
+        |w| {
+            let mut x = 0x2545_f491_4f6c_dd1d_u64 ^ (w + 1);
+            for _ in 0..20_000 {
+                let x = xorshift(&mut x);
+                let page = (x % 64) as usize;
+                let len = 1 + (x >> 8) as usize % (3 * PAGE);
+                let addr = 0x800_0000 + page * PAGE + (x >> 20) as usize % PAGE;
+                match cache.get(addr, len, RR, t) {
+                    Ok(reg) => {
+                        assert!(reg.region().base() <= addr);
+                        assert!(reg.region().last() >= addr + len - 1);
+                        assert!(rec.is_live(*reg.handle()));
+                        cache.put(reg);
                     }
+                    Err(GetError::InvalidatedDuringRegistration) => {}
+                    Err(e) => panic!("unexpected {e}"),
                 }
-                done.fetch_add(1, Ordering::Relaxed);
-            });
-        }
-        let (cache, done) = (&cache, &done);
-        s.spawn(move || {
-            // Until the workers are done, bounded in any case.
-            let mut i = 0usize;
-            while done.load(Ordering::Relaxed) < WORKERS && i < 10_000_000 {
-                cache.invalidate(0x800_0000 + (i % 64) * PAGE, PAGE);
-                i += 1;
             }
-        });
-    });
+        },
+        |i| cache.invalidate(0x800_0000 + (i % 64) * PAGE, PAGE),
+    );
     assert!(rec.log().bad_deregistrations.is_empty());
     assert_eq!(rec.live_count(), cache.stats().live_count);
     assert!(cache.stats().invalidations > 0);
@@ -487,60 +509,43 @@ fn concurrent_gets_puts_and_invalidations_balance() {
 
 #[test]
 fn registrations_held_across_threads_survive_invalidation_and_eviction() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    const WORKERS: usize = 2;
     let config = RegCacheConfig {
         max_count: 24,
         merge: false,
         ..RegCacheConfig::default()
     };
     let (cache, rec, t) = cache_with(config);
-    let done = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for w in 0..WORKERS as u64 {
-            let (cache, rec, done) = (&cache, &rec, &done);
-            s.spawn(move || {
-                // Each worker holds up to eight references at a time, taken
-                // at the first page of 32 one-page registrations (the home
-                // table's path), so invalidations and evictions meet
-                // entries in use.
-                let mut held: Vec<Registration<Recorder>> = Vec::with_capacity(8);
-                let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (w + 1);
-                for _ in 0..20_000 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let addr = 0x900_0000 + (x % 32) as usize * PAGE + (x >> 40) as usize % 64;
-                    match cache.get(addr, 8, RR, t) {
-                        Ok(reg) => {
-                            assert!(reg.region().base() <= addr);
-                            assert!(rec.is_live(*reg.handle()));
-                            if held.len() == held.capacity() {
-                                let victim = (x >> 20) as usize % held.len();
-                                cache.put(held.swap_remove(victim));
-                            }
-                            held.push(reg);
+    race_with_invalidations(
+        2,
+        |w| {
+            // Each worker holds up to eight references at a time, taken at
+            // the first page of 32 one-page registrations (the home table's
+            // path), so invalidations and evictions meet entries in use.
+            let mut held: Vec<Registration<Recorder>> = Vec::with_capacity(8);
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (w + 1);
+            for _ in 0..20_000 {
+                let x = xorshift(&mut x);
+                let addr = 0x900_0000 + (x % 32) as usize * PAGE + (x >> 40) as usize % 64;
+                match cache.get(addr, 8, RR, t) {
+                    Ok(reg) => {
+                        assert!(reg.region().base() <= addr);
+                        assert!(rec.is_live(*reg.handle()));
+                        if held.len() == held.capacity() {
+                            let victim = (x >> 20) as usize % held.len();
+                            cache.put(held.swap_remove(victim));
                         }
-                        Err(GetError::InvalidatedDuringRegistration) => {}
-                        Err(e) => panic!("unexpected {e}"),
+                        held.push(reg);
                     }
-                    for reg in &held {
-                        assert!(rec.is_live(*reg.handle()), "held registration deregistered");
-                    }
+                    Err(GetError::InvalidatedDuringRegistration) => {}
+                    Err(e) => panic!("unexpected {e}"),
                 }
-                drop(held);
-                done.fetch_add(1, Ordering::Relaxed);
-            });
-        }
-        let (cache, done) = (&cache, &done);
-        s.spawn(move || {
-            let mut i = 0usize;
-            while done.load(Ordering::Relaxed) < WORKERS && i < 10_000_000 {
-                cache.invalidate(0x900_0000 + (i % 32) * PAGE, 1 + (i % 3) * PAGE);
-                i += 1;
+                for reg in &held {
+                    assert!(rec.is_live(*reg.handle()), "held registration deregistered");
+                }
             }
-        });
-    });
+        },
+        |i| cache.invalidate(0x900_0000 + (i % 32) * PAGE, 1 + (i % 3) * PAGE),
+    );
     assert!(rec.log().bad_deregistrations.is_empty());
     let s = cache.stats();
     assert_eq!(rec.live_count(), s.live_count);
