@@ -390,6 +390,19 @@ fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
+/// Takes out of `map` every value `pick` chooses.
+fn take_where<K: Copy + Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
+    map: &mut HashMap<K, V, S>,
+    mut pick: impl FnMut(&V) -> bool,
+) -> Vec<V> {
+    let keys: Vec<K> = map
+        .iter()
+        .filter(|(_, v)| pick(v))
+        .map(|(&k, _)| k)
+        .collect();
+    keys.iter().filter_map(|k| map.remove(k)).collect()
+}
+
 impl ShmTransport {
     /// A module for the job the host describes: makes the queue segment
     /// and probes process_vm_readv.
@@ -1273,30 +1286,14 @@ impl State {
                 _ => {}
             }
         }
-        let ids: Vec<u64> = self
-            .rts
-            .iter()
-            .filter(|(_, r)| r.peer == p)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in ids {
-            if let Some(r) = self.rts.remove(&id) {
-                if let Origin::Staged(slot) = r.origin {
-                    self.free_stage(&slot);
-                }
-                self.events.push_back(Event::Send(r.cookie, Err(gone())));
+        for r in take_where(&mut self.rts, |r| r.peer == p) {
+            if let Origin::Staged(slot) = r.origin {
+                self.free_stage(&slot);
             }
+            self.events.push_back(Event::Send(r.cookie, Err(gone())));
         }
-        let ids: Vec<u64> = self
-            .rdma
-            .iter()
-            .filter(|(_, r)| r.peer == p)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in ids {
-            if let Some(r) = self.rdma.remove(&id) {
-                self.events.push_back(Event::Rdma(r.cookie, Err(gone())));
-            }
+        for r in take_where(&mut self.rdma, |r| r.peer == p) {
+            self.events.push_back(Event::Rdma(r.cookie, Err(gone())));
         }
         if let Some((start, len)) = keyspace::peer_space(p) {
             self.cache.invalidate(start, len);
