@@ -270,4 +270,26 @@ mod tests {
             Corrupt::EmptyChunk
         );
     }
+
+    proptest::proptest! {
+        /// Values of any bytes, chunked for any launcher limit, come back
+        /// whole; chunks from a broken or hostile launcher are an error,
+        /// never a panic or an allocation past the limit.
+        #[test]
+        fn values_survive_chunking_and_junk_is_refused(
+            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            cap in MIN_CHUNK_CAP..300,
+            junk in proptest::collection::vec("[0-9a-fA-Fx ]{0,24}", 1..6),
+        ) {
+            let chunks = encode_value(&value, cap);
+            proptest::prop_assert!(chunks.iter().all(|c| c.len() <= cap));
+            proptest::prop_assert_eq!(reassemble(&chunks), Ok(value));
+            if let Ok(v) = reassemble(&junk) {
+                proptest::prop_assert!(v.len() <= MAX_VALUE_LEN);
+            }
+            for text in &junk {
+                let _ = hex_decode(text);
+            }
+        }
+    }
 }

@@ -227,4 +227,28 @@ mod tests {
         assert!(!is_wire_safe("a=b"));
         assert!(!is_wire_safe("a\nb"));
     }
+
+    proptest::proptest! {
+        /// Any line a peer sends parses or is refused, never panics; and a
+        /// message of wire-safe words comes back from its own line.
+        #[test]
+        fn lines_parse_or_are_refused_and_messages_round_trip(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+            cmd in "[a-z_]{1,12}",
+            fields in proptest::collection::vec(("[a-z_]{1,8}", "[!-<>-~]{1,12}"), 0..5),
+        ) {
+            let _ = Message::parse(&raw);
+            let mut buf = raw.clone();
+            let _ = take_lines(&mut buf);
+            let fields: Vec<(&str, &str)> = fields
+                .iter()
+                .filter(|(_, v)| is_wire_safe(v))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let m = Message::new(&cmd, &fields);
+            let line = m.to_line();
+            let parsed = Message::parse(line.trim_end_matches('\n').as_bytes());
+            proptest::prop_assert_eq!(parsed, Ok(m));
+        }
+    }
 }
