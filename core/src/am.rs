@@ -254,6 +254,8 @@ pub enum ReassemblyError {
     Orphan,
     /// More payload arrived than announced.
     Overrun,
+    /// No memory for the announced length (up to the receiver's limit).
+    NoMemory(u64),
 }
 
 impl fmt::Display for ReassemblyError {
@@ -263,6 +265,7 @@ impl fmt::Display for ReassemblyError {
             Self::Interleaved => f.write_str("new message started before the last one ended"),
             Self::Orphan => f.write_str("continuation fragment without a first fragment"),
             Self::Overrun => f.write_str("more payload than announced"),
+            Self::NoMemory(n) => write!(f, "no memory for a message of {n} bytes"),
         }
     }
 }
@@ -291,8 +294,12 @@ impl Reassembly {
             return Err(ReassemblyError::Overrun);
         }
         let mut data = Vec::new();
-        // The announced length is bounded by `max_payload`; reserve it once.
-        data.reserve_exact(first.payload_len as usize);
+        // The announced length is bounded by `max_payload`; reserve it once,
+        // and refuse the message rather than abort when memory is short.
+        usize::try_from(first.payload_len)
+            .ok()
+            .and_then(|n| data.try_reserve_exact(n).ok())
+            .ok_or(ReassemblyError::NoMemory(first.payload_len))?;
         data.extend_from_slice(payload);
         self.current = Some((first.tag, inner.to_vec(), data, first.payload_len));
         Ok(self.finish_if_complete())
@@ -396,6 +403,22 @@ mod tests {
         ));
         r.first(&h, b"abc", 100).unwrap();
         assert_eq!(r.next(b"xyz"), Err(ReassemblyError::Overrun));
+        assert!(!r.in_progress());
+    }
+
+    #[test]
+    fn an_announced_length_memory_cannot_hold_is_an_error_not_an_abort() {
+        let mut r = Reassembly::default();
+        let huge = FirstFragment {
+            tag: 1,
+            header_len: 0,
+            payload_len: u64::MAX / 2,
+        }
+        .encode();
+        assert_eq!(
+            r.first(&huge, b"", u64::MAX),
+            Err(ReassemblyError::NoMemory(u64::MAX / 2))
+        );
         assert!(!r.in_progress());
     }
 }
