@@ -25,6 +25,12 @@ pub const HEADER_LEN: usize = 72;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FOPSHMQ1");
 /// Layout version.
 pub const VERSION: u32 = 1;
+/// Largest fast-box entry, header word included.
+pub const MAX_FBOX_ENTRY: u32 = 32 << 10;
+/// Largest fast-box ring.
+pub const MAX_FBOX_BYTES: u32 = 16 << 20;
+/// Most slots of a receive queue.
+pub const MAX_FIFO_SLOTS: u32 = 1 << 16;
 /// Largest queue segment accepted (64 GiB).
 pub const MAX_SEGMENT: usize = 1 << 36;
 /// Most processes on a node that share queue segments.
@@ -109,17 +115,20 @@ impl Layout {
             return Err(Malformed::OutOfRange("local size"));
         }
         let line = LINE as u32;
-        if p.fbox_max_entry < line || p.fbox_max_entry > 32 * 1024 || p.fbox_max_entry % line != 0 {
+        if p.fbox_max_entry < line
+            || p.fbox_max_entry > MAX_FBOX_ENTRY
+            || p.fbox_max_entry % line != 0
+        {
             return Err(Malformed::OutOfRange("fast-box entry size"));
         }
         if p.fbox_bytes % line != 0
             || !(p.fbox_bytes / line).is_power_of_two()
             || (p.fbox_bytes as u64) < 2 * p.fbox_max_entry as u64
-            || p.fbox_bytes > 1 << 24
+            || p.fbox_bytes > MAX_FBOX_BYTES
         {
             return Err(Malformed::OutOfRange("fast-box size"));
         }
-        if !p.fifo_slots.is_power_of_two() || p.fifo_slots < 2 || p.fifo_slots > 1 << 16 {
+        if !p.fifo_slots.is_power_of_two() || p.fifo_slots < 2 || p.fifo_slots > MAX_FIFO_SLOTS {
             return Err(Malformed::OutOfRange("queue slot count"));
         }
         if p.fifo_slot_bytes % line != 0

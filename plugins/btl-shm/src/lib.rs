@@ -211,7 +211,7 @@ impl Config {
             return self.fbox_size;
         }
         let share = Self::FBOX_BUDGET / (local_size.max(1) as usize);
-        let pow2 = if share == 0 { 0 } else { 1 << share.ilog2() };
+        let pow2 = share.checked_ilog2().map_or(0, |b| 1 << b);
         pow2.clamp(Self::FBOX_MIN_AUTO, Self::FBOX_MAX_AUTO)
     }
 
@@ -254,24 +254,30 @@ impl Config {
                 "{PARAM_EAGER_LIMIT} must be between 1 KiB and 8 MiB"
             )));
         }
-        // The bounds of `fireopal_core::shmq::layout`, checked here so that
-        // the error names the parameter.
-        if !(64..=32 << 10).contains(&cfg.fbox_max) {
+        // The layout's bounds, checked here so that the error names the
+        // parameter.
+        use fireopal_core::shmq::{layout, LINE};
+        if !(LINE..=layout::MAX_FBOX_ENTRY as usize).contains(&cfg.fbox_max) {
             return Err(PluginError::invalid(format!(
-                "{PARAM_FBOX_MAX} = {}: must be between 64 bytes and 32 KiB",
-                cfg.fbox_max
+                "{PARAM_FBOX_MAX} = {}: must be between {LINE} and {} bytes",
+                cfg.fbox_max,
+                layout::MAX_FBOX_ENTRY
             )));
         }
-        if cfg.fbox_size > 16 << 20 {
+        if cfg.fbox_size > layout::MAX_FBOX_BYTES as usize {
             return Err(PluginError::invalid(format!(
-                "{PARAM_FBOX_SIZE} = {}: must be at most 16 MiB (0: sized by the node)",
-                cfg.fbox_size
+                "{PARAM_FBOX_SIZE} = {}: must be at most {} bytes (0: sized by the node)",
+                cfg.fbox_size,
+                layout::MAX_FBOX_BYTES
             )));
         }
-        if !cfg.fifo_slots.is_power_of_two() || !(2..=1 << 16).contains(&cfg.fifo_slots) {
+        if !cfg.fifo_slots.is_power_of_two()
+            || !(2..=layout::MAX_FIFO_SLOTS).contains(&cfg.fifo_slots)
+        {
             return Err(PluginError::invalid(format!(
-                "{PARAM_FIFO_SLOTS} = {}: must be a power of two from 2 to 65536",
-                cfg.fifo_slots
+                "{PARAM_FIFO_SLOTS} = {}: must be a power of two from 2 to {}",
+                cfg.fifo_slots,
+                layout::MAX_FIFO_SLOTS
             )));
         }
         if cfg.max_send < cfg.eager_limit as u64 {
