@@ -327,6 +327,27 @@ fn params_become_environment_and_output_is_tagged() {
 }
 
 #[test]
+fn untagged_lines_of_two_ranks_never_mix() {
+    // Each rank writes its line in five writes, 50 ms apart, so the two
+    // ranks' writes alternate; the launcher must still print whole lines.
+    let mut cmd = fireopal_run(&[
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "for i in 1 2 3 4 5; do printf \"r$PMI_RANK.$i \"; sleep 0.05; done; echo",
+    ]);
+    let (status, mut stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert!(status.success(), "{status}: {stderr}");
+    stdout.sort();
+    assert_eq!(
+        stdout,
+        ["r0.1 r0.2 r0.3 r0.4 r0.5 ", "r1.1 r1.2 r1.3 r1.4 r1.5 "]
+    );
+}
+
+#[test]
 fn bad_command_lines_are_clear_errors() {
     for (args, needle) in [
         (

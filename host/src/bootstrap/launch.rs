@@ -244,7 +244,8 @@ enum Stream {
 struct Output {
     pipe: File,
     stream: Stream,
-    /// Partial line kept until its newline (tagged output only).
+    /// Partial line kept until its newline, so that lines of different
+    /// ranks never mix, tagged or not.
     partial: Vec<u8>,
 }
 
@@ -298,10 +299,6 @@ impl Output {
             }
         };
         let data = chunk.get(..n).unwrap_or_default();
-        if !tag {
-            emit(rank, self.stream, false, data);
-            return true;
-        }
         self.partial.extend_from_slice(data);
         let complete = match self.partial.iter().rposition(|&b| b == b'\n') {
             Some(pos) => pos + 1,
@@ -309,15 +306,18 @@ impl Output {
             None => 0,
         };
         let lines: Vec<u8> = self.partial.drain(..complete).collect();
-        emit(rank, self.stream, true, &lines);
+        emit(rank, self.stream, tag, &lines);
         true
     }
 
-    /// Prints a held-back partial line, ending it so the next tag starts a
-    /// line.
+    /// Prints a held-back partial line at the end of the stream. A tagged
+    /// one is ended with a newline so the next tag starts a line; an
+    /// untagged one is printed as the rank wrote it.
     fn flush(&mut self, rank: u32, tag: bool) {
         if !self.partial.is_empty() {
-            self.partial.push(b'\n');
+            if tag {
+                self.partial.push(b'\n');
+            }
             let rest = std::mem::take(&mut self.partial);
             emit(rank, self.stream, tag, &rest);
         }

@@ -13,6 +13,7 @@ const USAGE: &str =
   -n N                  number of ranks (1 to 4096)
   --param name=value    set a parameter in every rank (as FIREOPAL_<NAME>)
   --tag-output          prefix each output line with [rank]
+                        (lines are forwarded whole, tagged or not)
   --bind-to core|none   pin rank r to the r-th allowed CPU (default none)
 ";
 
