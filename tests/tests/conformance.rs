@@ -1,11 +1,16 @@
-//! The transport conformance suite: the same checks
-//! (`src/bin/btl_conformance.rs`) against every BTL, each run as a real
-//! job under `fireopal run`. Adding a transport is one line below.
+//! The transport conformance suite: the same checks (`fireopal
+//! conformance`, in `host/src/cli/conformance.rs`) against every BTL, each
+//! run as a real job under `fireopal run`. Adding a transport is one line
+//! below. The suite also passes an out-of-tree transport built after the
+//! host, and fails a broken one.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use fireopal_tests::{host_binary, run_with_timeout};
+use fireopal_tests::{
+    build_fixture, fixture_source, host_binary, run_with_timeout, RunOutput, TempDir,
+};
 
 const CASES: [&str; 8] = [
     "sizes",
@@ -18,25 +23,25 @@ const CASES: [&str; 8] = [
     "peer-death",
 ];
 
-fn conformance(btl: &str, ranks: u32) {
+/// `fireopal run -n <ranks> -- fireopal conformance --btl <btl>`, with
+/// extra environment.
+fn run_suite(btl: &str, ranks: u32, envs: &[(&str, &Path)]) -> RunOutput {
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
-    let out = run_with_timeout(
-        Command::new(host)
-            .args(["run", "-n", &ranks.to_string(), "--"])
-            .arg(env!("CARGO_BIN_EXE_btl_conformance"))
-            .args(["--btl", btl]),
-        Duration::from_secs(300),
-    );
+    let mut cmd = Command::new(&host);
+    cmd.args(["run", "-n", &ranks.to_string(), "--"])
+        .arg(&host)
+        .args(["conformance", "--btl", btl]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    run_with_timeout(&mut cmd, Duration::from_secs(300))
+}
+
+/// The job ended by itself, with success, and every rank passed every case.
+fn assert_passed(out: &RunOutput, what: &str, ranks: u32) {
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(
-        !out.timed_out,
-        "{btl} with {ranks} ranks timed out\n{report}"
-    );
-    assert_eq!(
-        out.code,
-        Some(0),
-        "{btl} with {ranks} ranks failed\n{report}"
-    );
+    assert!(!out.timed_out, "{what} timed out\n{report}");
+    assert_eq!(out.code, Some(0), "{what} failed\n{report}");
     assert!(!out.stdout.contains("FAIL"), "{report}");
     for rank in 0..ranks {
         for case in CASES {
@@ -44,6 +49,11 @@ fn conformance(btl: &str, ranks: u32) {
             assert!(out.stdout.contains(&line), "missing {line:?}\n{report}");
         }
     }
+}
+
+fn conformance(btl: &str, ranks: u32) {
+    let out = run_suite(btl, ranks, &[]);
+    assert_passed(&out, &format!("{btl} with {ranks} ranks"), ranks);
 }
 
 macro_rules! transports {
@@ -82,25 +92,60 @@ fn tcp_between_two_network_namespaces() {
     // Each rank enters the namespace named after its rank; the PMI socket
     // is inherited through `ip netns exec`.
     let out = run_with_timeout(
-        Command::new(host)
+        Command::new(&host)
             .args(["run", "-n", "2", "--param", "btl_tcp_if_exclude=lo", "--"])
             .args([
                 "sh",
                 "-c",
                 r#"exec ip netns exec "$FO_NETNS$PMI_RANK" "$0" "$@""#,
             ])
-            .arg(env!("CARGO_BIN_EXE_btl_conformance"))
-            .args(["--btl", "tcp"])
+            .arg(&host)
+            .args(["conformance", "--btl", "tcp"])
             .env("FO_NETNS", pair.prefix()),
         Duration::from_secs(300),
     );
+    assert_passed(&out, "tcp between two namespaces", 2);
+}
+
+/// Builds the out-of-tree `loop` fixture (after the host, as a vendor
+/// builds a transport) with `envs`, and installs it as
+/// `libfireopal_btl_loop.so` in a fresh plugin directory.
+fn vendor_plugin(tag: &str, envs: &[(&str, &str)]) -> TempDir {
+    host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let dir = TempDir::new(tag).unwrap_or_else(|e| panic!("{e}"));
+    let (built, _guard) =
+        build_fixture(&fixture_source("btl-loop"), envs).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::copy(
+        built.join("libfixture_btl_loop.so"),
+        dir.path().join("libfireopal_btl_loop.so"),
+    )
+    .unwrap_or_else(|e| panic!("installing the fixture: {e}"));
+    dir
+}
+
+/// A transport built outside the tree, after the host, and found through
+/// `FIREOPAL_PLUGIN_PATH` passes the suite of the host it ships against.
+#[test]
+fn an_out_of_tree_transport_passes() {
+    let dir = vendor_plugin("conformance-vendor", &[]);
+    let out = run_suite("loop", 1, &[("FIREOPAL_PLUGIN_PATH", dir.path())]);
+    assert_passed(&out, "the out-of-tree loop transport", 1);
+    // What it does not offer is noted, not failed.
+    assert!(
+        out.stdout.contains("rank 0: note rdma: not offered"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// A transport that cuts a byte off its payloads fails the suite: the job
+/// ends by itself, non-zero, naming the case.
+#[test]
+fn a_broken_transport_fails() {
+    let dir = vendor_plugin("conformance-broken", &[("FIXTURE_FAULT", "truncate")]);
+    let out = run_suite("loop", 1, &[("FIREOPAL_PLUGIN_PATH", dir.path())]);
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(!out.timed_out, "timed out\n{report}");
-    assert_eq!(out.code, Some(0), "{report}");
-    for rank in 0..2 {
-        for case in CASES {
-            let line = format!("rank {rank}: PASS {case}");
-            assert!(out.stdout.contains(&line), "missing {line:?}\n{report}");
-        }
-    }
+    assert!(!out.timed_out, "{report}");
+    assert_ne!(out.code, Some(0), "{report}");
+    assert!(out.stdout.contains("rank 0: FAIL sizes:"), "{report}");
 }

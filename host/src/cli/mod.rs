@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 mod bench;
+mod conformance;
 mod info;
 mod json;
 mod run;
@@ -14,6 +15,8 @@ const USAGE: &str = "usage: fireopal <command> [args]
 
 commands:
   bench pingpong [--btl NAME] [--json]     latency and bandwidth (under `fireopal run -n 2`)
+  conformance --btl NAME [--case LIST]    check a transport against the BTL contract
+                                          (under `fireopal run -n N`)
   info [--json] [--param name=value]...   components, their status, and every parameter
   run -n N [--param k=v]... [--tag-output] -- prog args
                                           start a job of N local processes
@@ -27,6 +30,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
     };
     match cmd.as_str() {
         "bench" => bench::main(rest),
+        "conformance" => conformance::main(rest),
         "info" => info::main(rest),
         "run" => run::main(rest),
         "help" | "--help" | "-h" => {

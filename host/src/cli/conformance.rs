@@ -1,12 +1,17 @@
-//! The transport conformance program: run by every rank of a job under
-//! `fireopal run -n N -- btl_conformance --btl NAME`, it checks one BTL
-//! against the contract of `fireopal_abi::btl`, through the framework's
-//! active-message API. Each rank sends to the next rank and receives from
-//! the previous one (a ring; one rank talks to itself).
+//! `fireopal conformance`: checks one BTL against the contract of
+//! `fireopal_abi::btl`, through the framework's active-message API. Every
+//! rank of a job runs it (`fireopal run -n N -- fireopal conformance --btl
+//! NAME`); each rank sends to the next rank and receives from the previous
+//! one (a ring; one rank talks to itself). The project's tests run it
+//! against every in-tree transport, and the author of an out-of-tree
+//! transport runs the same checks against theirs, found through
+//! `FIREOPAL_PLUGIN_PATH`, with the host they will ship against.
 //!
-//! Prints `rank R: PASS case` or `rank R: FAIL case: why` per case and
-//! exits non-zero if any case failed. Every wait has a stall limit, so a
-//! broken transport fails instead of hanging.
+//! Prints `rank R: PASS case` or `rank R: FAIL case: why` per case (and
+//! `rank R: note case: ...` where a transport does not offer what a case
+//! needs, which the contract allows) and exits non-zero if any case
+//! failed. Every wait has a stall limit, so a broken transport fails
+//! instead of hanging.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -14,11 +19,21 @@ use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use fireopal::bootstrap::Bootstrap;
-use fireopal::btl::{Messenger, SendId, SendTicket};
-use fireopal::memheap::SymmetricHeap;
-use fireopal::plugin::{Options, Registry};
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
+
+use super::CommonArgs;
+use crate::bootstrap::Bootstrap;
+use crate::btl::{Messenger, SendId, SendTicket};
+use crate::memheap::SymmetricHeap;
+use crate::plugin::{Options, Registry};
+
+const USAGE: &str =
+    "usage: fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=value]...
+run it under `fireopal run -n N` (N >= 2 for the peer-death case)
+
+cases, in the order they run: sizes, many, completions, sendi, rdma, in-place,
+symmetric-heap, peer-death
+";
 
 const STALL: Duration = Duration::from_secs(60);
 const SIZES: [usize; 14] = [
@@ -348,6 +363,7 @@ fn case_sendi(c: &mut Ctx) -> Result<(), String> {
 }
 
 /// put and get on registered memory, where the module offers them.
+#[allow(unsafe_code)]
 fn case_rdma(c: &mut Ctx) -> Result<(), String> {
     let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
     if !flags.contains(BtlFlags::PUT | BtlFlags::GET) {
@@ -487,6 +503,7 @@ fn case_in_place(c: &mut Ctx) -> Result<(), String> {
 /// messenger: intact and in order on every transport; taken by the module
 /// when it offers mapped segments (shared memory then reads them through
 /// one mapping of the heap's file).
+#[allow(unsafe_code)]
 fn case_symmetric_heap(c: &mut Ctx) -> Result<(), String> {
     const LENS: [usize; 4] = [1, 9000, 65_536, (1 << 20) + 5];
     let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
@@ -582,36 +599,105 @@ fn case_peer_death(c: &mut Ctx) -> Result<(), String> {
     }
 }
 
-fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    let mut btl = None;
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--btl" => btl = args.next(),
-            other => {
-                eprintln!("usage: btl_conformance --btl NAME (unknown argument {other:?})");
-                return ExitCode::from(2);
+type Case = fn(&mut Ctx) -> Result<(), String>;
+
+/// Every case, in the order it runs (peer death ends the job's ring).
+const CASES: [(&str, Case); 8] = [
+    ("sizes", case_sizes),
+    ("many", case_many),
+    ("completions", case_completions),
+    ("sendi", case_sendi),
+    ("rdma", case_rdma),
+    ("in-place", case_in_place),
+    ("symmetric-heap", case_symmetric_heap),
+    ("peer-death", case_peer_death),
+];
+
+/// Entry point of `fireopal conformance`; `args` follow the subcommand.
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    let (mut btl, mut only, mut expect) = (None, None, None::<&str>);
+    let parsed = CommonArgs::parse(args, |a| {
+        match expect.take() {
+            Some("--btl") => btl = Some(a.to_owned()),
+            Some(_) => only = Some(a.to_owned()),
+            None => {
+                if a == "--btl" || a == "--case" {
+                    expect = Some(if a == "--btl" { "--btl" } else { "--case" });
+                } else if let Some(v) = a.strip_prefix("--btl=") {
+                    btl = Some(v.to_owned());
+                } else if let Some(v) = a.strip_prefix("--case=") {
+                    only = Some(v.to_owned());
+                } else {
+                    return false;
+                }
             }
         }
-    }
+        true
+    });
+    let common = match parsed {
+        Ok(_) if expect.is_some() => {
+            eprintln!(
+                "fireopal conformance: {} needs a value\n{USAGE}",
+                expect.unwrap_or_default()
+            );
+            return ExitCode::from(2);
+        }
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fireopal conformance: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     let Some(btl) = btl else {
-        eprintln!("usage: btl_conformance --btl NAME");
+        eprintln!("fireopal conformance: --btl is required\n{USAGE}");
         return ExitCode::from(2);
     };
-    match run(&btl) {
+    let cases = match select_cases(only.as_deref()) {
+        Ok(cases) => cases,
+        Err(e) => {
+            eprintln!("fireopal conformance: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&btl, common.params, &cases) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("btl_conformance: {e}");
+            eprintln!("fireopal conformance: {e}");
             ExitCode::from(1)
         }
     }
 }
 
-fn run(btl: &str) -> Result<bool, String> {
+/// The cases named in a `--case` list (all of them without one), in run
+/// order.
+fn select_cases(only: Option<&str>) -> Result<Vec<(&'static str, Case)>, String> {
+    let Some(list) = only else {
+        return Ok(CASES.to_vec());
+    };
+    let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+    if let Some(bad) = wanted
+        .iter()
+        .find(|w| !CASES.iter().any(|(name, _)| name == *w))
+    {
+        return Err(format!("no case named {bad:?}"));
+    }
+    Ok(CASES
+        .iter()
+        .filter(|(name, _)| wanted.contains(name))
+        .copied()
+        .collect())
+}
+
+fn run(
+    btl: &str,
+    mut params: Vec<(String, String)>,
+    cases: &[(&'static str, Case)],
+) -> Result<bool, String> {
     let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
+    params.push(("btl".into(), btl.into()));
     let registry = Registry::open(&Options {
-        command_line: vec![("btl".into(), btl.into())],
+        command_line: params,
         job: boot.job_info(),
         ..Options::default()
     })
@@ -678,19 +764,8 @@ fn run(btl: &str) -> Result<bool, String> {
         rdma_done: std::collections::HashMap::new(),
         heap,
     };
-    type Case = fn(&mut Ctx) -> Result<(), String>;
-    let cases: [(&str, Case); 8] = [
-        ("sizes", case_sizes),
-        ("many", case_many),
-        ("completions", case_completions),
-        ("sendi", case_sendi),
-        ("rdma", case_rdma),
-        ("in-place", case_in_place),
-        ("symmetric-heap", case_symmetric_heap),
-        ("peer-death", case_peer_death),
-    ];
     let mut ok = true;
-    for (name, case) in cases {
+    for &(name, case) in cases {
         let started = Instant::now();
         match case(&mut c) {
             Ok(()) => println!(
@@ -708,4 +783,29 @@ fn run(btl: &str) -> Result<bool, String> {
     // After the peer-death case the job is short one rank: no collective
     // finalize.
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(cases: &[(&'static str, Case)]) -> Vec<&'static str> {
+        cases.iter().map(|(n, _)| *n).collect()
+    }
+
+    #[test]
+    fn every_case_runs_without_a_list() {
+        let all = select_cases(None).unwrap();
+        assert_eq!(names(&all), names(&CASES));
+    }
+
+    #[test]
+    fn a_list_keeps_the_run_order_and_refuses_unknown_names() {
+        let some = select_cases(Some("sendi, sizes")).unwrap();
+        assert_eq!(names(&some), ["sizes", "sendi"]);
+        assert_eq!(
+            select_cases(Some("sizes,rmda")).err().as_deref(),
+            Some("no case named \"rmda\"")
+        );
+    }
 }
