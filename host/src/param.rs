@@ -8,7 +8,7 @@
 //! and where the value came from; it is never silently replaced by the
 //! default.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 pub use fireopal_abi::param::{ParamSpec, ParamValue};
@@ -296,17 +296,55 @@ impl ParamStore {
         self.params.iter()
     }
 
-    /// Names given with `--param` that nothing registered (typos, or
-    /// parameters of components that were not loaded).
-    pub fn unknown_command_line(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self
+    /// Settings that no registered parameter takes, sorted: `--param`
+    /// names, then `FIREOPAL_*` variables of the environment. Each is a
+    /// typo, or belongs to a component that was excluded or did not load.
+    pub fn unknown_settings(&self) -> Vec<UnknownSetting<'_>> {
+        let mut line: Vec<&str> = self
             .command_line
             .keys()
             .filter(|k| !self.index.contains_key(*k))
             .map(String::as_str)
             .collect();
-        v.sort_unstable();
-        v
+        line.sort_unstable();
+        let known: HashSet<String> = self.params.iter().map(|p| env_var_name(&p.name)).collect();
+        let mut env: Vec<&str> = self
+            .environment
+            .keys()
+            .filter(|k| k.starts_with(ENV_PREFIX) && !known.contains(*k))
+            .map(String::as_str)
+            .collect();
+        env.sort_unstable();
+        line.into_iter()
+            .map(UnknownSetting::CommandLine)
+            .chain(env.into_iter().map(UnknownSetting::Environment))
+            .collect()
+    }
+}
+
+/// A setting that no registered parameter takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownSetting<'a> {
+    /// A `--param` name.
+    CommandLine(&'a str),
+    /// A `FIREOPAL_*` environment variable.
+    Environment(&'a str),
+}
+
+impl fmt::Display for UnknownSetting<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = "no loaded component has this parameter (a typo, or a component that \
+                    was excluded or did not load)";
+        match self {
+            Self::CommandLine(name) => write!(f, "--param {name}: {what}"),
+            Self::Environment(var) => {
+                let name = var
+                    .get(ENV_PREFIX.len()..)
+                    .unwrap_or_default()
+                    .to_lowercase();
+                write!(f, "{var} (--param {name}): {what}")
+            }
+        }
     }
 }
 
@@ -343,6 +381,35 @@ mod tests {
             (c.value.clone(), c.source.clone()),
             (ParamValue::UInt(1), Source::Default)
         );
+    }
+
+    #[test]
+    fn settings_no_parameter_takes_are_listed() {
+        let env = [
+            ("FIREOPAL_BTL_X_A".to_owned(), "1".to_owned()),
+            ("FIREOPAL_BTL_X_TYPO".to_owned(), "2".to_owned()),
+            ("OTHER_VARIABLE".to_owned(), "3".to_owned()),
+        ];
+        let line = vec![
+            ("btl_x_b".to_owned(), "4".to_owned()),
+            ("btl_x_nope".to_owned(), "5".to_owned()),
+        ];
+        let mut s = ParamStore::with_environment(line, env);
+        s.register("btl x", "btl_x_", spec("btl_x_a", ParamValue::UInt(0)))
+            .unwrap();
+        s.register("btl x", "btl_x_", spec("btl_x_b", ParamValue::UInt(0)))
+            .unwrap();
+        let unknown = s.unknown_settings();
+        assert_eq!(
+            unknown,
+            [
+                UnknownSetting::CommandLine("btl_x_nope"),
+                UnknownSetting::Environment("FIREOPAL_BTL_X_TYPO"),
+            ]
+        );
+        assert!(unknown[1]
+            .to_string()
+            .starts_with("FIREOPAL_BTL_X_TYPO (--param btl_x_typo): no loaded component"));
     }
 
     #[test]

@@ -348,6 +348,44 @@ fn untagged_lines_of_two_ranks_never_mix() {
 }
 
 #[test]
+fn a_parameter_nothing_has_is_warned_about_once_per_job() {
+    let warning = "FIREOPAL_BTL_TCP_EAGER_LIMT (--param btl_tcp_eager_limt): \
+                   no loaded component has this parameter";
+    let mut cmd = fireopal_run(&[
+        "-n",
+        "2",
+        "--param",
+        "btl_tcp_eager_limt=4096",
+        "--",
+        FIREOPAL,
+        "info",
+    ]);
+    let (status, _, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    assert!(status.success(), "{status}: {stderr}");
+    // Rank 0 says it; the other ranks would only repeat it.
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("fireopal[0] fireopal: warning: "),
+        "{stderr}"
+    );
+
+    let mut quiet = fireopal_run(&[
+        "-n",
+        "2",
+        "--param",
+        "btl_tcp_eager_limt=4096",
+        "--param",
+        "warn_unknown_params=no",
+        "--",
+        FIREOPAL,
+        "info",
+    ]);
+    let (status, _, stderr) = Running::start(&mut quiet).finish(LIMIT);
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(!stderr.contains("no loaded component"), "{stderr}");
+}
+
+#[test]
 fn bad_command_lines_are_clear_errors() {
     for (args, needle) in [
         (
@@ -399,14 +437,14 @@ fn rank_leaving_while_others_fence_is_reported() {
 
 #[test]
 fn four_ranks_exchange_under_hydra() {
-    let required = std::env::var("FIREOPAL_REQUIRE_MPICH").as_deref() == Ok("1");
+    let required = std::env::var("REQUIRE_MPICH_TESTS").as_deref() == Ok("1");
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join("mpiexec.hydra").is_file()))
         .unwrap_or(false);
     if !found {
         assert!(
             !required,
-            "mpiexec.hydra not found and FIREOPAL_REQUIRE_MPICH=1 (install Debian's mpich)"
+            "mpiexec.hydra not found and REQUIRE_MPICH_TESTS=1 (install Debian's mpich)"
         );
         eprintln!("skipped: mpiexec.hydra not found (install Debian's mpich to run this test)");
         return;

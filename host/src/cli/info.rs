@@ -55,9 +55,6 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     for e in registry.errors() {
         eprintln!("fireopal info: error: {e}");
     }
-    for name in registry.params().unknown_command_line() {
-        eprintln!("fireopal info: warning: --param {name}: no such parameter");
-    }
     if registry.errors().is_empty() {
         ExitCode::SUCCESS
     } else {

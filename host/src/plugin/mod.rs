@@ -361,6 +361,11 @@ impl Registry {
                 ParamValue::Str("warn".into()),
                 "messages shown: error, warn, info or debug",
             ),
+            ParamSpec::new(
+                "warn_unknown_params",
+                ParamValue::Bool(true),
+                "warn (on rank 0) about --param names and FIREOPAL_* variables that no loaded component has",
+            ),
         ];
         for spec in framework_params {
             if let Err(e) = params.register("fireopal", "", spec) {
@@ -610,6 +615,21 @@ impl Registry {
                         Some(_) => {}
                     }
                 }
+            }
+        }
+
+        // Every component has registered its parameters by now.
+        let warn_unknown = matches!(
+            params.value("warn_unknown_params"),
+            Some(ParamValue::Bool(true))
+        );
+        if warn_unknown && options.job.rank == 0 {
+            for setting in params.unknown_settings() {
+                fireopal_abi::host::HostServices::log(
+                    &services,
+                    LogLevel::Warn,
+                    setting.to_string().as_str().into(),
+                );
             }
         }
 
