@@ -1,6 +1,7 @@
 //! `fireopal bench pingpong`: OSU-style latency and bandwidth between
 //! ranks 0 and 1 (or one process and itself), over the transport the BTL
-//! framework picks, or the one named with `--btl`.
+//! framework picks, or the one named with `--btl`. `bench put` and
+//! `bench get` measure one-sided operations ([`rma`]).
 //!
 //! Latency is half the round trip of a blocking ping-pong, averaged over
 //! many iterations after a warm-up. Bandwidth sends windows of 64
@@ -12,6 +13,8 @@
 //! of the symmetric heap, registered with the messenger), `user`
 //! (ordinary memory, sent in place) or `copy` (ordinary memory with
 //! `send`, which copies before returning).
+
+mod rma;
 
 use std::cell::Cell;
 use std::process::ExitCode;
@@ -36,7 +39,8 @@ const STALL: Duration = Duration::from_secs(30);
 const USAGE: &str =
     "usage: fireopal bench pingpong [--btl NAME] [--from buffer|heap|user|copy] [--json] [--quick]
                                [--param name=value]...
-run it under `fireopal run -n 2`, or alone to ping this process itself";
+       fireopal bench put|get [--btl NAME] [--json] [--quick] [--param name=value]...
+run it under `fireopal run -n 2`, or alone to reach this process itself";
 
 /// Where messages above the eager limit are sent from (`--from`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,9 +80,14 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    if what != "pingpong" {
-        eprintln!("fireopal bench: unknown benchmark {what:?}\n{USAGE}");
-        return ExitCode::from(2);
+    match what.as_str() {
+        "pingpong" => {}
+        "put" => return rma::main(rma::Op::Put, rest),
+        "get" => return rma::main(rma::Op::Get, rest),
+        _ => {
+            eprintln!("fireopal bench: unknown benchmark {what:?}\n{USAGE}");
+            return ExitCode::from(2);
+        }
     }
     let (mut json, mut quick, mut btl, mut from) = (false, false, None, Some(From::Buffer));
     let mut expect: Option<&str> = None;
@@ -474,6 +483,13 @@ fn to_table(rows: &[Row], module: &str, size: u32, from: &str) -> String {
             "rank 0 <-> rank 1"
         }
     );
+    write_rows(&mut out, rows);
+    out
+}
+
+/// The table's column heads and one line per row.
+fn write_rows(out: &mut String, rows: &[Row]) {
+    use std::fmt::Write;
     let _ = writeln!(
         out,
         "{:>10} {:>14} {:>16}",
@@ -488,7 +504,6 @@ fn to_table(rows: &[Row], module: &str, size: u32, from: &str) -> String {
             r.bandwidth_mbs
         );
     }
-    out
 }
 
 fn to_json(rows: &[Row], module: &str, size: u32, from: &str) -> Json {
@@ -497,19 +512,21 @@ fn to_json(rows: &[Row], module: &str, size: u32, from: &str) -> Json {
         ("btl", Json::str(module)),
         ("large_messages_from", Json::str(from)),
         ("ranks", Json::Int(i128::from(size))),
-        (
-            "results",
-            Json::Arr(
-                rows.iter()
-                    .map(|r| {
-                        Json::Obj(vec![
-                            ("size", Json::Int(r.size as i128)),
-                            ("latency_us", Json::Float(r.latency_us)),
-                            ("bandwidth_mbs", Json::Float(r.bandwidth_mbs)),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
+        ("results", rows_json(rows)),
     ])
+}
+
+/// The rows as a JSON array.
+fn rows_json(rows: &[Row]) -> Json {
+    Json::Arr(
+        rows.iter()
+            .map(|r| {
+                Json::Obj(vec![
+                    ("size", Json::Int(r.size as i128)),
+                    ("latency_us", Json::Float(r.latency_us)),
+                    ("bandwidth_mbs", Json::Float(r.bandwidth_mbs)),
+                ])
+            })
+            .collect(),
+    )
 }

@@ -107,6 +107,17 @@ impl Peer {
     }
 }
 
+/// When a queued item is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteWhen {
+    /// At once, as much as the socket takes.
+    Now,
+    /// At the start of the next `progress` (no system call until then).
+    NextProgress,
+    /// When epoll reports the socket writable (it was full).
+    Writable,
+}
+
 /// An event found outside `progress` (or while writing), reported at the
 /// next `progress`.
 #[derive(Debug)]
@@ -358,24 +369,42 @@ impl TcpModule {
         }
     }
 
-    /// Queues `item` for `rank` (starting the connection if needed) and,
-    /// when `write_now`, tries to write at once. Once the connection
-    /// check passed the item is always queued, so an error here means
-    /// the item was not taken.
-    fn enqueue(&mut self, rank: Rank, item: OutItem, write_now: bool) -> Result<(), PluginError> {
+    /// Queues `item` for `rank` (starting the connection if needed), to
+    /// be written `when` says. Once the connection check passed the item
+    /// is always queued, so an error here means the item was not taken.
+    fn enqueue(&mut self, rank: Rank, item: OutItem, when: WriteWhen) -> Result<(), PluginError> {
         self.ensure_connection(rank)?;
         let Some(peer) = self.peers.get_mut(&rank) else {
             return Err(self.unknown_peer(rank));
         };
         peer.queue.push(item);
         if let PeerState::Established(id) = peer.state {
-            if write_now {
-                self.flush(rank);
-            } else {
-                self.watch_writes(id, true);
+            match when {
+                WriteWhen::Now => self.flush(rank),
+                WriteWhen::NextProgress => {
+                    if self.to_flush.last() != Some(&rank) {
+                        self.to_flush.push(rank);
+                    }
+                }
+                WriteWhen::Writable => self.watch_writes(id, true),
             }
         }
         Ok(())
+    }
+
+    /// When an RDMA operation just started, moving `len` bytes in its
+    /// first frame, is written. A lone one leaves at once, so a caller
+    /// that waits for it pays nothing; a small one started while others
+    /// are in flight waits for the next `progress`, so a burst of small
+    /// operations leaves in a few writes instead of one system call each.
+    /// Large ones leave at once: their data amortises the call, and
+    /// writing while the host issues more keeps the socket busy.
+    fn rdma_write_when(&self, len: usize) -> WriteWhen {
+        if self.ops.len() <= 1 || len >= self.settings.write_chunk {
+            WriteWhen::Now
+        } else {
+            WriteWhen::NextProgress
+        }
     }
 
     /// Turns epoll's write interest for `id` on or off.
@@ -774,7 +803,11 @@ impl Transport for TcpModule {
                 // The socket took part of it: keep the rest (see the
                 // module docs); the peer now has queued bytes.
                 let rest = remainder(&parts, n);
-                self.enqueue(rank, OutItem::owned(rest, Done::Nothing), false)?;
+                self.enqueue(
+                    rank,
+                    OutItem::owned(rest, Done::Nothing),
+                    WriteWhen::Writable,
+                )?;
                 Ok(SendiOutcome::Sent)
             }
             Err(e) => Err(self.lost(rank, &e)),
@@ -836,7 +869,11 @@ impl Transport for TcpModule {
             }
         }
         let rest = remainder(&parts, written);
-        self.enqueue(rank, OutItem::owned(rest, Done::Send(cookie)), false)?;
+        self.enqueue(
+            rank,
+            OutItem::owned(rest, Done::Send(cookie)),
+            WriteWhen::Writable,
+        )?;
         Ok(Completion::Pending)
     }
 
@@ -865,6 +902,7 @@ impl Transport for TcpModule {
                 acks_left: chunks as u64,
             },
         );
+        let last_write = self.rdma_write_when(len);
         for i in 0..chunks {
             let offset = i * chunk;
             let clen = chunk.min(len - offset);
@@ -885,7 +923,14 @@ impl Transport for TcpModule {
                 registration: None,
             };
             let item = OutItem::with_region(head, part, Done::Nothing);
-            if self.enqueue(op.peer, item, i + 1 == chunks).is_err() {
+            // Every chunk but the last only queues: the last one's write
+            // takes them all.
+            let when = if i + 1 == chunks {
+                last_write
+            } else {
+                WriteWhen::NextProgress
+            };
+            if self.enqueue(op.peer, item, when).is_err() {
                 // Only a failure of the peer while writing an earlier
                 // chunk gets here; it already completed this operation
                 // with its error.
@@ -918,11 +963,17 @@ impl Transport for TcpModule {
         );
         // Cannot fail after `rdma_checks`; a failure while writing
         // completes the operation with the error.
-        let _ = self.enqueue(op.peer, OutItem::owned(frame, Done::Nothing), true);
+        // The request is small whatever it asks for.
+        let when = self.rdma_write_when(0);
+        let _ = self.enqueue(op.peer, OutItem::owned(frame, Done::Nothing), when);
         Ok(Completion::Pending)
     }
 
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
+        // RDMA operations held back for a burst go out first.
+        while let Some(rank) = self.to_flush.pop() {
+            self.flush(rank);
+        }
         let mut events = self.drain_notices(sink);
         // Deadlines are coarse: look at the clock now and then only.
         self.calls = self.calls.wrapping_add(1);

@@ -1,0 +1,365 @@
+//! `fireopal bench put` and `fireopal bench get`: one-sided latency and
+//! bandwidth in the pattern of the OSU one-sided benchmarks
+//! (`osu_put_latency`, `osu_put_bw` and their `get` twins): rank 0 writes
+//! into, or reads from, a window of rank 1's memory that rank 1 registered
+//! with the transport; rank 1 only progresses, which a transport without
+//! hardware RDMA needs to serve the operations.
+//!
+//! Latency is one operation and the wait for its completion, averaged over
+//! many iterations after a warm-up (not halved: there is no round trip to
+//! halve). Bandwidth issues windows of 64 operations and waits for all of
+//! them. At the end rank 0 moves a known pattern of the largest size and
+//! the side that received it checks every byte, so a transport that
+//! completes without moving the data fails the bench.
+
+use std::cell::Cell;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::Instant;
+
+use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
+
+use super::{bandwidth_windows, latency_iterations, wait_for, Row, SIZES, STALL, WINDOW};
+use crate::bootstrap::Bootstrap;
+use crate::btl::{MemoryHandle, Messenger, SendTicket};
+use crate::cli::json::Json;
+use crate::cli::CommonArgs;
+use crate::plugin::{Options, Registry};
+
+/// Rank 0 tells rank 1 that the last operation completed.
+const TAG_DONE: u8 = 3;
+/// Window of memory each rank registers: the largest size moved.
+const WINDOW_BYTES: usize = 4 << 20;
+/// Seed of the pattern the last put carries, which the target checks.
+const CHECK_SEED: u32 = 200;
+
+/// Which one-sided operation is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Op {
+    /// Writes into the peer's window.
+    Put,
+    /// Reads from the peer's window.
+    Get,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Put => "put",
+            Self::Get => "get",
+        }
+    }
+
+    fn flag(self) -> BtlFlags {
+        match self {
+            Self::Put => BtlFlags::PUT,
+            Self::Get => BtlFlags::GET,
+        }
+    }
+}
+
+/// Entry point of `fireopal bench put|get`; `args` follow the operation.
+pub(super) fn main(op: Op, args: &[String]) -> ExitCode {
+    let usage = format!(
+        "usage: fireopal bench {} [--btl NAME] [--json] [--quick] [--param name=value]...
+run it under `fireopal run -n 2`, or alone to reach this process itself",
+        op.name()
+    );
+    let (mut json, mut quick, mut btl, mut expect_btl) = (false, false, None, false);
+    let parsed = CommonArgs::parse(args, |a| {
+        if expect_btl {
+            btl = Some(a.to_owned());
+            expect_btl = false;
+            return true;
+        }
+        match a {
+            "--json" => json = true,
+            "--quick" => quick = true,
+            "--btl" => expect_btl = true,
+            _ => match a.strip_prefix("--btl=") {
+                Some(v) => btl = Some(v.to_owned()),
+                None => return false,
+            },
+        }
+        true
+    });
+    let mut common = match parsed {
+        Ok(_) if expect_btl => {
+            eprintln!("fireopal bench: --btl needs a value\n{usage}");
+            return ExitCode::from(2);
+        }
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fireopal bench: {e}\n{usage}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(name) = btl {
+        common.params.push(("btl".to_owned(), name));
+    }
+    match run(op, &common, json, quick) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fireopal bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A byte pattern that differs per rank and per position.
+fn pattern(rank: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(rank * 7 + 1) as u8)
+        .collect()
+}
+
+/// Where the peer's window is.
+struct Target {
+    addr: u64,
+    key: Vec<u8>,
+}
+
+fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
+    let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
+    let (rank, size) = (boot.rank(), boot.size());
+    if size > 2 {
+        return Err(format!(
+            "{} needs 1 or 2 ranks, this job has {size}",
+            op.name()
+        ));
+    }
+    let registry = Registry::open(&Options {
+        command_line: common.params.clone(),
+        job: boot.job_info(),
+        ..Options::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
+    let peer = if size == 1 { 0 } else { 1 - rank };
+    let route = m
+        .route(peer)
+        .ok_or_else(|| super::unreachable_report(&registry, peer))?;
+    let flags = m.attributes(peer).map(|a| a.flags).unwrap_or_default();
+    if !flags.contains(op.flag()) {
+        return Err(format!(
+            "btl {} offers no {} to rank {peer}",
+            route.component,
+            op.name()
+        ));
+    }
+    let done = Rc::new(Cell::new(0u64));
+    {
+        let done = Rc::clone(&done);
+        m.register(TAG_DONE, move |_| done.set(done.get() + 1))
+            .map_err(|e| e.to_string())?;
+    }
+
+    // Every rank registers a window holding its own pattern and publishes
+    // where it is; rank 0 also registers its local buffer.
+    let mut window = pattern(rank, WINDOW_BYTES);
+    let mut local = pattern(rank + 100, WINDOW_BYTES);
+    // SAFETY: `window` and `local` are neither moved nor dropped before
+    // their registrations are released below, after every operation on
+    // them completed; while the transport may write them, this function
+    // reads them only between operations.
+    #[allow(unsafe_code)]
+    let (window_region, local_region) = unsafe {
+        (
+            MemRegion::new(window.as_mut_ptr(), WINDOW_BYTES),
+            MemRegion::new(local.as_mut_ptr(), WINDOW_BYTES),
+        )
+    };
+    let window_handle = m
+        .register_memory(
+            peer,
+            window_region,
+            Access::REMOTE_READ | Access::REMOTE_WRITE,
+        )
+        .map_err(|e| format!("registering the window: {e}"))?;
+    let local_handle = m
+        .register_memory(peer, local_region, Access::LOCAL_READ | Access::LOCAL_WRITE)
+        .map_err(|e| format!("registering the local buffer: {e}"))?;
+    let mut published = (window_region.as_ptr() as u64).to_le_bytes().to_vec();
+    published.extend_from_slice(&window_handle.remote_key);
+    boot.put("bench_rma_window", &published)
+        .map_err(|e| e.to_string())?;
+    boot.fence().map_err(|e| e.to_string())?;
+    let theirs = boot
+        .get(peer, "bench_rma_window")
+        .map_err(|e| e.to_string())?;
+    let (addr, key) = theirs.split_at(8.min(theirs.len()));
+    let target = Target {
+        addr: u64::from_le_bytes(addr.try_into().map_err(|_| "short window record")?),
+        key: key.to_vec(),
+    };
+
+    let origin = rank == 0;
+    let mut rows = Vec::new();
+    if origin {
+        let mut ops = Ops {
+            m: &mut m,
+            op,
+            peer,
+            local: local_region,
+            local_handle: &local_handle,
+            target: &target,
+        };
+        for &n in SIZES.iter().filter(|&&n| n > 0) {
+            let (iters, warmup) = latency_iterations(n, quick);
+            let mut start = Instant::now();
+            for i in 0..warmup + iters {
+                if i == warmup {
+                    start = Instant::now();
+                }
+                ops.issue(n)?;
+                ops.complete_all()?;
+            }
+            let latency_us = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+            let windows = bandwidth_windows(n, quick);
+            let start = Instant::now();
+            for _ in 0..windows {
+                for _ in 0..WINDOW {
+                    ops.issue(n)?;
+                }
+                ops.complete_all()?;
+            }
+            let bytes = (n * WINDOW * windows) as f64;
+            rows.push(Row {
+                size: n,
+                latency_us,
+                bandwidth_mbs: bytes / start.elapsed().as_secs_f64() / 1e6,
+            });
+        }
+        // The check: a known pattern of the largest size, moved once more.
+        if op == Op::Put {
+            // Nothing is in flight: the buffer may be rewritten.
+            local.copy_from_slice(&pattern(CHECK_SEED, WINDOW_BYTES));
+        }
+        let mut ops = Ops {
+            m: &mut m,
+            op,
+            peer,
+            local: local_region,
+            local_handle: &local_handle,
+            target: &target,
+        };
+        ops.issue(WINDOW_BYTES)?;
+        ops.complete_all()?;
+        if op == Op::Get && local != pattern(peer, WINDOW_BYTES) {
+            return Err(format!("get read wrong bytes from rank {peer}'s window"));
+        }
+        if size == 2 {
+            send_done(&mut m, peer)?;
+        }
+    } else {
+        // Serve the origin's operations until it is done.
+        wait_for(&mut m, &done, 1)?;
+    }
+    let check_put = op == Op::Put && (size == 1 || !origin);
+    if check_put && window != pattern(CHECK_SEED, WINDOW_BYTES) {
+        return Err("the last put did not land: the window holds other bytes".into());
+    }
+    m.deregister_memory(local_handle)
+        .map_err(|e| e.to_string())?;
+    m.deregister_memory(window_handle)
+        .map_err(|e| e.to_string())?;
+    boot.barrier().map_err(|e| e.to_string())?;
+    if origin {
+        let module = format!("{}[{}]", route.component, route.index);
+        if json {
+            println!("{}", to_json(op, &rows, &module, size).render());
+        } else {
+            print!("{}", to_table(op, &rows, &module, size));
+        }
+    }
+    boot.finalize().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn send_done(m: &mut Messenger, peer: u32) -> Result<(), String> {
+    m.send(peer, TAG_DONE, &[], &[])
+        .map_err(|e| e.to_string())?;
+    super::drain_sends(m)
+}
+
+/// The origin's side: issues operations and waits for their completions.
+struct Ops<'a> {
+    m: &'a mut Messenger,
+    op: Op,
+    peer: u32,
+    local: MemRegion,
+    local_handle: &'a MemoryHandle,
+    target: &'a Target,
+}
+
+impl Ops<'_> {
+    /// Starts one operation of `n` bytes at the start of both buffers.
+    fn issue(&mut self, n: usize) -> Result<(), String> {
+        // SAFETY: `n` is at most the buffer's length, so the prefix lies
+        // inside the registered region.
+        #[allow(unsafe_code)]
+        let local = unsafe { MemRegion::new(self.local.as_ptr(), n.min(self.local.len())) };
+        let (addr, key) = (self.target.addr, self.target.key.as_slice());
+        let handle = Some(self.local_handle);
+        let ticket = match self.op {
+            Op::Put => self.m.put(self.peer, local, handle, addr, key),
+            Op::Get => self.m.get(self.peer, local, handle, addr, key),
+        }
+        .map_err(|e| format!("{}: {e}", self.op.name()))?;
+        match ticket {
+            SendTicket::Done | SendTicket::Pending(_) => Ok(()),
+        }
+    }
+
+    /// Progresses until every operation issued has completed.
+    fn complete_all(&mut self) -> Result<(), String> {
+        let mut last_event = Instant::now();
+        loop {
+            for (_, status) in self.m.take_completions() {
+                status.map_err(|e| format!("{} failed: {e}", self.op.name()))?;
+            }
+            if self.m.pending_sends() == 0 {
+                return Ok(());
+            }
+            let events = self.m.progress().map_err(|e| e.to_string())?;
+            if let Some((peer, why)) = self.m.take_failures().into_iter().next() {
+                return Err(format!("rank {peer} failed: {why}"));
+            }
+            if events > 0 {
+                last_event = Instant::now();
+            } else if last_event.elapsed() > STALL {
+                return Err(format!(
+                    "no {} completed for {} s: is the peer alive?",
+                    self.op.name(),
+                    STALL.as_secs()
+                ));
+            }
+        }
+    }
+}
+
+fn to_table(op: Op, rows: &[Row], module: &str, size: u32) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# fireopal {}: {} over btl {module}; latency = one operation and its completion",
+        op.name(),
+        if size == 1 {
+            "one process to itself"
+        } else {
+            "rank 0 -> rank 1's window"
+        }
+    );
+    super::write_rows(&mut out, rows);
+    out
+}
+
+fn to_json(op: Op, rows: &[Row], module: &str, size: u32) -> Json {
+    Json::Obj(vec![
+        ("benchmark", Json::str(op.name())),
+        ("btl", Json::str(module)),
+        ("ranks", Json::Int(i128::from(size))),
+        ("results", super::rows_json(rows)),
+    ])
+}
