@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::json::Json;
 use super::CommonArgs;
 use crate::bootstrap::Bootstrap;
-use crate::btl::{Messenger, SendTicket, TransferBufferHandle};
+use crate::btl::{Messenger, RouteInfo, SendTicket, TransferBufferHandle};
 use crate::memheap::SymmetricHeap;
 use crate::plugin::{Framework, Options, Registry, Status};
 use fireopal_abi::btl::{BtlFlags, MemRegion};
@@ -142,11 +142,24 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     }
 }
 
-fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), String> {
+/// A job of one or two ranks, its messenger, and the rank measured
+/// against (the other one, or this one alone).
+struct Pair {
+    boot: Bootstrap,
+    registry: Registry,
+    m: Messenger,
+    rank: u32,
+    size: u32,
+    peer: u32,
+    route: RouteInfo,
+}
+
+/// Joins the job and opens the transports for benchmark `what`.
+fn open_pair(common: &CommonArgs, what: &str) -> Result<Pair, String> {
     let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
     let (rank, size) = (boot.rank(), boot.size());
     if size > 2 {
-        return Err(format!("pingpong needs 1 or 2 ranks, this job has {size}"));
+        return Err(format!("{what} needs 1 or 2 ranks, this job has {size}"));
     }
     let registry = Registry::open(&Options {
         command_line: common.params.clone(),
@@ -154,11 +167,32 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
         ..Options::default()
     })
     .map_err(|e| e.to_string())?;
-    let mut m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
+    let m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
     let peer = if size == 1 { 0 } else { 1 - rank };
     let route = m
         .route(peer)
         .ok_or_else(|| unreachable_report(&registry, peer))?;
+    Ok(Pair {
+        boot,
+        registry,
+        m,
+        rank,
+        size,
+        peer,
+        route,
+    })
+}
+
+fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), String> {
+    let Pair {
+        mut boot,
+        registry,
+        mut m,
+        rank,
+        size,
+        peer,
+        route,
+    } = open_pair(common, "pingpong")?;
 
     let pings = Rc::new(Cell::new(0u64));
     let acks = Rc::new(Cell::new(0u64));

@@ -31,6 +31,22 @@ fn op<'a>(peer: u32, local: MemRegion, remote_addr: u64, key: &'a [u8], cookie: 
     }
 }
 
+/// A window of `len` bytes of rank 1's, registered for remote reads and
+/// writes: the buffer (its heap block does not move with it), its address,
+/// the registration's id and its remote key.
+fn window_of_rank_1(procs: &mut [Proc], len: usize) -> (Vec<u8>, u64, u64, Vec<u8>) {
+    let mut target = vec![0u8; len];
+    let base = target.as_ptr() as u64;
+    let reg = procs[1]
+        .m()
+        .register_mem(
+            region(&mut target),
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    (target, base, reg.id, reg.remote_key.to_vec())
+}
+
 fn wait_rdma(procs: &mut [Proc], rank: usize, cookie: u64) -> Result<(), PluginError> {
     drive(procs, "rdma completion", |p| {
         p[rank].rec.rdma.contains_key(&cookie)
@@ -43,16 +59,7 @@ fn wait_rdma(procs: &mut [Proc], rank: usize, cookie: u64) -> Result<(), PluginE
 fn put_and_get_move_bytes_of_every_size() {
     // A small frame limit, so large operations are split into chunks.
     let mut procs = job(JobSpec::new(2).param("btl_tcp_max_send_size", ParamValue::Size(1 << 20)));
-    let mut target = vec![0u8; 5 << 20];
-    let base = target.as_ptr() as u64;
-    let reg = procs[1]
-        .m()
-        .register_mem(
-            region(&mut target),
-            Access::REMOTE_WRITE | Access::REMOTE_READ,
-        )
-        .unwrap();
-    let key = reg.remote_key.to_vec();
+    let (target, base, reg_id, key) = window_of_rank_1(&mut procs, 5 << 20);
 
     let mut cookie = 0;
     for (offset, len) in [
@@ -92,7 +99,7 @@ fn put_and_get_move_bytes_of_every_size() {
         assert!(back == src, "get of {len} bytes at {offset}");
     }
     assert_eq!(procs[0].m().rdma_in_flight(), 0);
-    procs[1].m().deregister_mem(reg.id).unwrap();
+    procs[1].m().deregister_mem(reg_id).unwrap();
 }
 
 #[test]
@@ -201,16 +208,7 @@ fn bad_keys_and_ranges_are_errors_to_the_initiator_and_touch_nothing() {
 #[test]
 fn put_and_get_interleave_with_messages_in_order() {
     let mut procs = job(JobSpec::new(2));
-    let mut target = vec![0u8; 1 << 20];
-    let base = target.as_ptr() as u64;
-    let reg = procs[1]
-        .m()
-        .register_mem(
-            region(&mut target),
-            Access::REMOTE_WRITE | Access::REMOTE_READ,
-        )
-        .unwrap();
-    let key = reg.remote_key.to_vec();
+    let (target, base, _, key) = window_of_rank_1(&mut procs, 1 << 20);
     let mut src = pattern(3, 1 << 20);
     post(procs[0].m(), 1, 1, b"before", b"", 1);
     procs[0]
@@ -231,16 +229,7 @@ fn a_burst_of_small_operations_completes_once_each_and_keeps_message_order() {
     // the next progress and written together; none may be lost, doubled
     // or overtaken by a message sent after them.
     let mut procs = job(JobSpec::new(2));
-    let mut target = vec![0u8; 64 << 10];
-    let base = target.as_ptr() as u64;
-    let reg = procs[1]
-        .m()
-        .register_mem(
-            region(&mut target),
-            Access::REMOTE_WRITE | Access::REMOTE_READ,
-        )
-        .unwrap();
-    let key = reg.remote_key.to_vec();
+    let (target, base, reg_id, key) = window_of_rank_1(&mut procs, 64 << 10);
     const OPS: u64 = 200;
     let mut sources: Vec<Vec<u8>> = (0..OPS).map(|i| pattern(i + 1, 16)).collect();
     for (i, src) in sources.iter_mut().enumerate() {
@@ -275,7 +264,7 @@ fn a_burst_of_small_operations_completes_once_each_and_keeps_message_order() {
     }
     assert!(backs == sources, "a get read other bytes");
     assert_eq!(procs[0].m().rdma_in_flight(), 0);
-    procs[1].m().deregister_mem(reg.id).unwrap();
+    procs[1].m().deregister_mem(reg_id).unwrap();
 }
 
 /// Two ranks with 64 KiB socket buffers (so a large transfer is still in

@@ -19,12 +19,12 @@ use std::time::Instant;
 
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
-use super::{bandwidth_windows, latency_iterations, wait_for, Row, SIZES, STALL, WINDOW};
-use crate::bootstrap::Bootstrap;
+use super::{
+    bandwidth_windows, latency_iterations, open_pair, wait_for, Pair, Row, SIZES, STALL, WINDOW,
+};
 use crate::btl::{MemoryHandle, Messenger, SendTicket};
 use crate::cli::json::Json;
 use crate::cli::CommonArgs;
-use crate::plugin::{Options, Registry};
 
 /// Rank 0 tells rank 1 that the last operation completed.
 const TAG_DONE: u8 = 3;
@@ -120,25 +120,16 @@ struct Target {
 }
 
 fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
-    let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
-    let (rank, size) = (boot.rank(), boot.size());
-    if size > 2 {
-        return Err(format!(
-            "{} needs 1 or 2 ranks, this job has {size}",
-            op.name()
-        ));
-    }
-    let registry = Registry::open(&Options {
-        command_line: common.params.clone(),
-        job: boot.job_info(),
-        ..Options::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let mut m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
-    let peer = if size == 1 { 0 } else { 1 - rank };
-    let route = m
-        .route(peer)
-        .ok_or_else(|| super::unreachable_report(&registry, peer))?;
+    // The registry stays alive as long as the modules it opened.
+    let Pair {
+        mut boot,
+        registry: _registry,
+        mut m,
+        rank,
+        size,
+        peer,
+        route,
+    } = open_pair(common, op.name())?;
     let flags = m.attributes(peer).map(|a| a.flags).unwrap_or_default();
     if !flags.contains(op.flag()) {
         return Err(format!(
@@ -235,14 +226,6 @@ fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Strin
             // Nothing is in flight: the buffer may be rewritten.
             local.copy_from_slice(&pattern(CHECK_SEED, WINDOW_BYTES));
         }
-        let mut ops = Ops {
-            m: &mut m,
-            op,
-            peer,
-            local: local_region,
-            local_handle: &local_handle,
-            target: &target,
-        };
         ops.issue(WINDOW_BYTES)?;
         ops.complete_all()?;
         if op == Op::Get && local != pattern(peer, WINDOW_BYTES) {
