@@ -31,6 +31,7 @@ pub mod buddy;
 pub mod component;
 mod cpu;
 pub mod group;
+pub mod id_hash;
 pub mod regcache;
 pub mod shmq;
 pub mod wire;

@@ -15,6 +15,7 @@ use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::am::{
     decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
 };
+use fireopal_core::id_hash::IdHash;
 
 use crate::bootstrap::Bootstrap;
 use crate::memheap::SymmetricHeap;
@@ -219,8 +220,8 @@ pub struct Messenger {
     next_cookie: u64,
     next_send: u64,
     /// cookie -> index into `outstanding`
-    cookies: HashMap<u64, SendId>,
-    outstanding: HashMap<SendId, Outstanding>,
+    cookies: HashMap<u64, SendId, IdHash>,
+    outstanding: HashMap<SendId, Outstanding, IdHash>,
     completions: Vec<(SendId, Result<(), SendError>)>,
     failures: Vec<(Rank, String)>,
     reassembly: HashMap<(usize, Rank), Reassembly>,
@@ -395,8 +396,8 @@ impl Messenger {
             handlers,
             next_cookie: 1,
             next_send: 1,
-            cookies: HashMap::new(),
-            outstanding: HashMap::new(),
+            cookies: HashMap::default(),
+            outstanding: HashMap::default(),
             completions: Vec::new(),
             failures: Vec::new(),
             reassembly: HashMap::new(),
@@ -783,8 +784,8 @@ struct Sink<'a> {
     module: usize,
     handlers: &'a mut Vec<Option<Handler>>,
     reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
-    cookies: &'a mut HashMap<u64, SendId>,
-    outstanding: &'a mut HashMap<SendId, Outstanding>,
+    cookies: &'a mut HashMap<u64, SendId, IdHash>,
+    outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
     completions: &'a mut Vec<(SendId, Result<(), SendError>)>,
     failures: &'a mut Vec<(Rank, String)>,
     routes: &'a mut Vec<Route>,

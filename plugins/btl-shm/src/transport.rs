@@ -336,31 +336,8 @@ pub struct ShmTransport {
     host_buffers: HashMap<u64, TransferBuffer>,
 }
 
-/// Hasher of the transport's integer keys (ranks, operation ids): one
-/// multiplication, where the default SipHash costs tens of nanoseconds on
-/// the send path. The keys come from this process or the host, not from
-/// peers, so there is nothing to defend against.
-#[derive(Debug, Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// Maps keyed by ranks and operation ids, which this process chooses.
+type IdMap<K, V> = HashMap<K, V, fireopal_core::id_hash::IdHash>;
 
 fn io_error(what: &str, e: std::io::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{what}: {e}"))

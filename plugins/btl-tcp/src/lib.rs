@@ -43,7 +43,6 @@ mod receive;
 mod select;
 mod sys;
 
-use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 
 use fireopal_abi::btl::BtlComponentImpl;
@@ -164,32 +163,6 @@ pub mod root {
     fireopal_abi::export_btl_component!(super::TcpComponent);
 }
 
-/// Hasher for maps keyed by ranks and ids (small integers chosen by us or
-/// checked before use): one multiply, no per-process seed needed.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct RankHasher(u64);
-
-const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
-
-impl Hasher for RankHasher {
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(MIX);
-        }
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(MIX);
-    }
-}
-
-/// Builds [`RankHasher`]s.
-pub(crate) type RankHash = BuildHasherDefault<RankHasher>;
+/// Hasher of maps keyed by ranks and ids (chosen by this process or
+/// checked before use).
+pub(crate) use fireopal_core::id_hash::IdHash as RankHash;
