@@ -20,7 +20,8 @@ use std::time::Instant;
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
 use super::{
-    bandwidth_windows, latency_iterations, open_pair, wait_for, Pair, Row, SIZES, STALL, WINDOW,
+    bandwidth_windows, latency_iterations, open_pair, wait_for, Pair, Row, StallWatch, SIZES,
+    STALL, WINDOW,
 };
 use crate::btl::{MemoryHandle, Messenger, SendTicket};
 use crate::cli::json::Json;
@@ -296,7 +297,7 @@ impl Ops<'_> {
 
     /// Progresses until every operation issued has completed.
     fn complete_all(&mut self) -> Result<(), String> {
-        let mut last_event = Instant::now();
+        let mut watch = StallWatch::new();
         loop {
             for (_, status) in self.m.take_completions() {
                 status.map_err(|e| format!("{} failed: {e}", self.op.name()))?;
@@ -308,9 +309,7 @@ impl Ops<'_> {
             if let Some((peer, why)) = self.m.take_failures().into_iter().next() {
                 return Err(format!("rank {peer} failed: {why}"));
             }
-            if events > 0 {
-                last_event = Instant::now();
-            } else if last_event.elapsed() > STALL {
+            if watch.stalled(events) {
                 return Err(format!(
                     "no {} completed for {} s: is the peer alive?",
                     self.op.name(),
