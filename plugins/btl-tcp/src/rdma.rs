@@ -7,6 +7,12 @@
 //! the registration's range and rights before a byte is touched; a bad key
 //! or range is answered with an [`RdmaStatus`] that the initiator turns
 //! into an error, never a write.
+//!
+//! `put` and `get` are emulated with frames on the peer's connection, so
+//! they stay in order with its active messages. A lone operation is
+//! written at once; a small one started while others are in flight is
+//! held until the next `progress`, which writes the burst together (one
+//! system call instead of one per operation).
 
 use std::collections::HashMap;
 
