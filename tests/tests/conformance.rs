@@ -26,11 +26,16 @@ const CASES: [&str; 8] = [
 /// `fireopal run -n <ranks> -- fireopal conformance --btl <btl>`, with
 /// extra environment.
 fn run_suite(btl: &str, ranks: u32, envs: &[(&str, &Path)]) -> RunOutput {
+    run_subject("--btl", btl, ranks, envs)
+}
+
+/// `fireopal run -n <ranks> -- fireopal conformance <flag> <name>`.
+fn run_subject(flag: &str, name: &str, ranks: u32, envs: &[(&str, &Path)]) -> RunOutput {
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     let mut cmd = Command::new(&host);
     cmd.args(["run", "-n", &ranks.to_string(), "--"])
         .arg(&host)
-        .args(["conformance", "--btl", btl]);
+        .args(["conformance", flag, name]);
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -39,12 +44,17 @@ fn run_suite(btl: &str, ranks: u32, envs: &[(&str, &Path)]) -> RunOutput {
 
 /// The job ended by itself, with success, and every rank passed every case.
 fn assert_passed(out: &RunOutput, what: &str, ranks: u32) {
+    assert_passed_cases(out, what, ranks, &CASES);
+}
+
+/// As [`assert_passed`], for the cases `cases`.
+fn assert_passed_cases(out: &RunOutput, what: &str, ranks: u32, cases: &[&str]) {
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(!out.timed_out, "{what} timed out\n{report}");
     assert_eq!(out.code, Some(0), "{what} failed\n{report}");
     assert!(!out.stdout.contains("FAIL"), "{report}");
     for rank in 0..ranks {
-        for case in CASES {
+        for case in cases {
             let line = format!("rank {rank}: PASS {case}");
             assert!(out.stdout.contains(&line), "missing {line:?}\n{report}");
         }
@@ -148,4 +158,56 @@ fn a_broken_transport_fails() {
     assert!(!out.timed_out, "{report}");
     assert_ne!(out.code, Some(0), "{report}");
     assert!(out.stdout.contains("rank 0: FAIL sizes:"), "{report}");
+}
+
+const MEMHEAP_CASES: [&str; 5] = ["align", "random", "symmetric", "exhaustion", "bad-free"];
+
+/// The built-in buddy allocator and the ptmalloc plugin pass the memheap
+/// suite on three ranks.
+#[test]
+fn memheap_buddy_and_ptmalloc_pass() {
+    for name in ["buddy", "ptmalloc"] {
+        let out = run_subject("--memheap", name, 3, &[]);
+        assert_passed_cases(&out, &format!("memheap {name}"), 3, &MEMHEAP_CASES);
+    }
+}
+
+/// Builds the out-of-tree `list` allocator with `envs` and installs it as
+/// `libfireopal_memheap_list.so` in a fresh plugin directory.
+fn vendor_allocator(tag: &str, envs: &[(&str, &str)]) -> TempDir {
+    host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let dir = TempDir::new(tag).unwrap_or_else(|e| panic!("{e}"));
+    let (built, _guard) =
+        build_fixture(&fixture_source("memheap-list"), envs).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::copy(
+        built.join("libfixture_memheap_list.so"),
+        dir.path().join("libfireopal_memheap_list.so"),
+    )
+    .unwrap_or_else(|e| panic!("installing the fixture: {e}"));
+    dir
+}
+
+#[test]
+fn an_out_of_tree_allocator_passes_and_a_broken_one_fails() {
+    let good = vendor_allocator("conformance-list", &[]);
+    let out = run_subject(
+        "--memheap",
+        "list",
+        2,
+        &[("FIREOPAL_PLUGIN_PATH", good.path())],
+    );
+    assert_passed_cases(&out, "the out-of-tree list allocator", 2, &MEMHEAP_CASES);
+
+    let broken = vendor_allocator("conformance-list-broken", &[("FIXTURE_FAULT", "overlap")]);
+    let out = run_subject(
+        "--memheap",
+        "list",
+        2,
+        &[("FIREOPAL_PLUGIN_PATH", broken.path())],
+    );
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(!out.timed_out, "{report}");
+    assert_ne!(out.code, Some(0), "{report}");
+    assert!(out.stdout.contains(": FAIL "), "{report}");
+    assert!(out.stdout.contains("overlaps the live block"), "{report}");
 }

@@ -6,6 +6,7 @@
 //! against every in-tree transport, and the author of an out-of-tree
 //! transport runs the same checks against theirs, found through
 //! `FIREOPAL_PLUGIN_PATH`, with the host they will ship against.
+//! `--memheap NAME` checks a symmetric-heap allocator instead ([`memheap`]).
 //!
 //! Prints `rank R: PASS case` or `rank R: FAIL case: why` per case (and
 //! `rank R: note case: ...` where a transport does not offer what a case
@@ -21,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
+mod memheap;
+
 use super::CommonArgs;
 use crate::bootstrap::Bootstrap;
 use crate::btl::{Messenger, SendId, SendTicket};
@@ -29,10 +32,13 @@ use crate::plugin::{Options, Registry};
 
 const USAGE: &str =
     "usage: fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=value]...
-run it under `fireopal run -n N` (N >= 2 for the peer-death case)
+       fireopal conformance --memheap NAME [--case NAME[,NAME]...] [--param name=value]...
+run it under `fireopal run -n N` (N >= 2 for the peer-death case, and for the
+memheap's symmetry to be checked across processes)
 
-cases, in the order they run: sizes, many, completions, sendi, rdma, in-place,
-symmetric-heap, peer-death
+btl cases, in the order they run: sizes, many, completions, sendi, rdma,
+in-place, symmetric-heap, peer-death
+memheap cases: align, random, symmetric, exhaustion, bad-free
 ";
 
 const STALL: Duration = Duration::from_secs(60);
@@ -613,18 +619,33 @@ const CASES: [(&str, Case); 8] = [
     ("peer-death", case_peer_death),
 ];
 
+/// What the suite checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Subject {
+    Btl(String),
+    Memheap(String),
+}
+
 /// Entry point of `fireopal conformance`; `args` follow the subcommand.
 pub(crate) fn main(args: &[String]) -> ExitCode {
-    let (mut btl, mut only, mut expect) = (None, None, None::<&str>);
+    let (mut subject, mut only, mut twice) = (None, None, false);
+    let mut expect: Option<&'static str> = None;
     let parsed = CommonArgs::parse(args, |a| {
+        let mut set = |s: Subject| twice |= subject.replace(s).is_some();
         match expect.take() {
-            Some("--btl") => btl = Some(a.to_owned()),
+            Some("--btl") => set(Subject::Btl(a.to_owned())),
+            Some("--memheap") => set(Subject::Memheap(a.to_owned())),
             Some(_) => only = Some(a.to_owned()),
             None => {
-                if a == "--btl" || a == "--case" {
-                    expect = Some(if a == "--btl" { "--btl" } else { "--case" });
+                if let Some(flag) = ["--btl", "--memheap", "--case"]
+                    .into_iter()
+                    .find(|f| *f == a)
+                {
+                    expect = Some(flag);
                 } else if let Some(v) = a.strip_prefix("--btl=") {
-                    btl = Some(v.to_owned());
+                    set(Subject::Btl(v.to_owned()));
+                } else if let Some(v) = a.strip_prefix("--memheap=") {
+                    set(Subject::Memheap(v.to_owned()));
                 } else if let Some(v) = a.strip_prefix("--case=") {
                     only = Some(v.to_owned());
                 } else {
@@ -634,32 +655,32 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         }
         true
     });
+    let usage = |why: &str| {
+        eprintln!("fireopal conformance: {why}\n{USAGE}");
+        ExitCode::from(2)
+    };
     let common = match parsed {
         Ok(_) if expect.is_some() => {
-            eprintln!(
-                "fireopal conformance: {} needs a value\n{USAGE}",
-                expect.unwrap_or_default()
-            );
-            return ExitCode::from(2);
+            return usage(&format!("{} needs a value", expect.unwrap_or_default()))
         }
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("fireopal conformance: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage(&e.to_string()),
     };
-    let Some(btl) = btl else {
-        eprintln!("fireopal conformance: --btl is required\n{USAGE}");
-        return ExitCode::from(2);
+    if twice {
+        return usage("name one of --btl and --memheap, once");
+    }
+    let result = match subject {
+        None => return usage("--btl or --memheap is required"),
+        Some(Subject::Btl(name)) => match select_cases(&CASES, only.as_deref()) {
+            Ok(cases) => run(&name, common.params, &cases),
+            Err(e) => return usage(&e),
+        },
+        Some(Subject::Memheap(name)) => match select_cases(&memheap::CASES, only.as_deref()) {
+            Ok(cases) => memheap::run(&name, common.params, &cases),
+            Err(e) => return usage(&e),
+        },
     };
-    let cases = match select_cases(only.as_deref()) {
-        Ok(cases) => cases,
-        Err(e) => {
-            eprintln!("fireopal conformance: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&btl, common.params, &cases) {
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -669,24 +690,50 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     }
 }
 
-/// The cases named in a `--case` list (all of them without one), in run
-/// order.
-fn select_cases(only: Option<&str>) -> Result<Vec<(&'static str, Case)>, String> {
+/// The cases of `all` named in a `--case` list (all of them without
+/// one), in run order.
+fn select_cases<C: Copy>(
+    all: &[(&'static str, C)],
+    only: Option<&str>,
+) -> Result<Vec<(&'static str, C)>, String> {
     let Some(list) = only else {
-        return Ok(CASES.to_vec());
+        return Ok(all.to_vec());
     };
     let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
     if let Some(bad) = wanted
         .iter()
-        .find(|w| !CASES.iter().any(|(name, _)| name == *w))
+        .find(|w| !all.iter().any(|(name, _)| name == *w))
     {
         return Err(format!("no case named {bad:?}"));
     }
-    Ok(CASES
+    Ok(all
         .iter()
         .filter(|(name, _)| wanted.contains(name))
         .copied()
         .collect())
+}
+
+/// One case of a suite whose cases share a context `C`.
+type CaseOf<C> = fn(&mut C) -> Result<(), String>;
+
+/// Runs `cases` on `ctx` in order, printing a line per case; stops at the
+/// first failure (later cases would only trip over the same fault).
+/// Returns whether all passed.
+fn run_cases<C>(rank: u32, ctx: &mut C, cases: &[(&'static str, CaseOf<C>)]) -> bool {
+    for &(name, case) in cases {
+        let started = Instant::now();
+        match case(ctx) {
+            Ok(()) => println!(
+                "rank {rank}: PASS {name} ({:.1} ms)",
+                started.elapsed().as_secs_f64() * 1e3
+            ),
+            Err(e) => {
+                println!("rank {rank}: FAIL {name}: {e}");
+                return false;
+            }
+        }
+    }
+    true
 }
 
 fn run(
@@ -764,22 +811,7 @@ fn run(
         rdma_done: std::collections::HashMap::new(),
         heap,
     };
-    let mut ok = true;
-    for &(name, case) in cases {
-        let started = Instant::now();
-        match case(&mut c) {
-            Ok(()) => println!(
-                "rank {rank}: PASS {name} ({:.1} ms)",
-                started.elapsed().as_secs_f64() * 1e3
-            ),
-            Err(e) => {
-                println!("rank {rank}: FAIL {name}: {e}");
-                ok = false;
-                // Later cases would only trip over the same fault.
-                break;
-            }
-        }
-    }
+    let ok = run_cases(rank, &mut c, cases);
     // After the peer-death case the job is short one rank: no collective
     // finalize.
     Ok(ok)
@@ -793,18 +825,36 @@ mod tests {
         cases.iter().map(|(n, _)| *n).collect()
     }
 
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_subject_is_named_exactly_once() {
+        for bad in [
+            &[][..],
+            &["--btl"],
+            &["--btl", "tcp", "--memheap", "buddy"],
+            &["--btl=tcp", "--btl=shm"],
+            &["--memheap", "buddy", "--case", "sizes"],
+            &["--btl", "tcp", "--frobnicate"],
+        ] {
+            assert_eq!(main(&args(bad)), ExitCode::from(2), "{bad:?}");
+        }
+    }
+
     #[test]
     fn every_case_runs_without_a_list() {
-        let all = select_cases(None).unwrap();
+        let all = select_cases(&CASES, None).unwrap();
         assert_eq!(names(&all), names(&CASES));
     }
 
     #[test]
     fn a_list_keeps_the_run_order_and_refuses_unknown_names() {
-        let some = select_cases(Some("sendi, sizes")).unwrap();
+        let some = select_cases(&CASES, Some("sendi, sizes")).unwrap();
         assert_eq!(names(&some), ["sizes", "sendi"]);
         assert_eq!(
-            select_cases(Some("sizes,rmda")).err().as_deref(),
+            select_cases(&CASES, Some("sizes,rmda")).err().as_deref(),
             Some("no case named \"rmda\"")
         );
     }
