@@ -202,77 +202,57 @@ fn random_calls(live: &mut Live<'_>, seed: u64, ops: usize) -> Result<u64, Strin
         let most = if rng.below(8) == 0 { 32 << 10 } else { 512 };
         let len = 1 + rng.below(most) as usize;
         let seed = n as u8;
-        match rng.below(10) {
-            // free a live block (more often once many are live)
-            0..=2 if !live.blocks.is_empty() => {
-                let k = rng.below(live.blocks.len() as u64) as usize;
-                let off = *live.blocks.keys().nth(k).ok_or("block vanished")?;
-                live.free(off)?;
+        let choice = rng.below(10);
+        if choice <= 2 && !live.blocks.is_empty() {
+            // Free a live block: about as often as blocks are made.
+            let k = rng.below(live.blocks.len() as u64) as usize;
+            let off = *live.blocks.keys().nth(k).ok_or("block vanished")?;
+            live.free(off)?;
+            continue;
+        }
+        if choice == 5 && !live.blocks.is_empty() {
+            let k = rng.below(live.blocks.len() as u64) as usize;
+            let (&off, &old) = live.blocks.iter().nth(k).ok_or("block vanished")?;
+            let ptr = heap.ptr_at(off).ok_or("offset outside the heap")?;
+            let new = heap.realloc(ptr, len);
+            if new.is_null() {
+                // Refused: the old block must be untouched.
+                live.intact(off, old, old.len)?;
+                continue;
             }
+            live.blocks.remove(&off);
+            let block = Block {
+                len,
+                align: DEFAULT_ALIGN as usize,
+                seed: old.seed,
+            };
+            let new_off = live.add(new, block)?;
+            live.intact(new_off, block, old.len.min(len))
+                .map_err(|e| format!("realloc lost contents: {e}"))?;
+            let block = Block { seed, ..block };
+            live.blocks.insert(new_off, block);
+            live.fill(new_off, block)?;
+            note(new_off);
+            continue;
+        }
+        let (ptr, align, zeroed) = match choice {
             3 => {
                 let align = 1usize << rng.below(13);
-                let ptr = heap.align(align, len);
-                if !ptr.is_null() {
-                    let block = Block { len, align, seed };
-                    let off = live.add(ptr, block)?;
-                    live.fill(off, block)?;
-                    note(off);
-                }
+                (heap.align(align, len), align, false)
             }
-            4 => {
-                let ptr = heap.calloc(len, 1);
-                if !ptr.is_null() {
-                    let block = Block {
-                        len,
-                        align: DEFAULT_ALIGN as usize,
-                        seed,
-                    };
-                    let off = live.add(ptr, block)?;
-                    if live.bytes(off, len)?.iter().any(|&b| b != 0) {
-                        return Err(format!("calloc at offset {off} is not zeroed"));
-                    }
-                    live.fill(off, block)?;
-                    note(off);
-                }
-            }
-            5 if !live.blocks.is_empty() => {
-                let k = rng.below(live.blocks.len() as u64) as usize;
-                let (&off, &old) = live.blocks.iter().nth(k).ok_or("block vanished")?;
-                let ptr = heap.ptr_at(off).ok_or("offset outside the heap")?;
-                let new = heap.realloc(ptr, len);
-                if new.is_null() {
-                    // Refused: the old block must be untouched.
-                    live.intact(off, old, old.len)?;
-                    continue;
-                }
-                live.blocks.remove(&off);
-                let block = Block {
-                    len,
-                    align: DEFAULT_ALIGN as usize,
-                    seed: old.seed,
-                };
-                let new_off = live.add(new, block)?;
-                live.intact(new_off, block, old.len.min(len))
-                    .map_err(|e| format!("realloc lost contents: {e}"))?;
-                let block = Block { seed, ..block };
-                live.blocks.insert(new_off, block);
-                live.fill(new_off, block)?;
-                note(new_off);
-            }
-            _ => {
-                let ptr = heap.malloc(len);
-                if !ptr.is_null() {
-                    let block = Block {
-                        len,
-                        align: DEFAULT_ALIGN as usize,
-                        seed,
-                    };
-                    let off = live.add(ptr, block)?;
-                    live.fill(off, block)?;
-                    note(off);
-                }
-            }
+            4 => (heap.calloc(len, 1), DEFAULT_ALIGN as usize, true),
+            _ => (heap.malloc(len), DEFAULT_ALIGN as usize, false),
+        };
+        if ptr.is_null() {
+            continue;
         }
+        let block = Block { len, align, seed };
+        let off = live.add(ptr, block)?;
+        if zeroed && live.bytes(off, len)?.iter().any(|&b| b != 0) {
+            return Err(format!("calloc at offset {off} is not zeroed"));
+        }
+        live.fill(off, block)?;
+        note(off);
     }
     for (&off, &block) in &live.blocks {
         live.intact(off, block, block.len)?;
