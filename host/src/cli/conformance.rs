@@ -70,6 +70,7 @@ const TAG_FLOOD: u8 = 16;
 const TAG_RDMA_DONE: u8 = 17;
 const TAG_IN_PLACE: u8 = 18;
 const TAG_HEAP: u8 = 19;
+const TAG_BURST_DONE: u8 = 20;
 
 type Inbox = Rc<RefCell<Vec<(u32, Vec<u8>, Vec<u8>)>>>;
 
@@ -452,6 +453,11 @@ fn case_rdma(c: &mut Ctx) -> Result<(), String> {
     if back != pattern(c.rank, 77, LEN) {
         return Err("get did not read the bytes back".into());
     }
+    // SAFETY: as in the wait above; the previous rank's burst is complete
+    // once it said so, and nothing writes the window after that.
+    rdma_burst(c, addr, key, |slot, len| unsafe {
+        std::slice::from_raw_parts(win_ptr.add(slot), len).to_vec()
+    })?;
     c.m.deregister_memory(win).map_err(|e| e.to_string())?;
     c.m.deregister_memory(mine).map_err(|e| e.to_string())?;
     c.barrier()
@@ -459,6 +465,68 @@ fn case_rdma(c: &mut Ctx) -> Result<(), String> {
 
 /// Single-copy sends from transfer buffers, where the module offers them:
 /// intact, in order, each completion once, and the buffer reusable after.
+/// A burst: 256 puts of 64 bytes started back to back into the next
+/// rank's window (256 bytes apart), then 256 gets of them. None may be
+/// lost, doubled or left incomplete, and once the previous rank says its
+/// burst completed, every piece of it is in this rank's window
+/// (`window(offset, len)` reads it).
+#[allow(unsafe_code)]
+fn rdma_burst(
+    c: &mut Ctx,
+    addr: u64,
+    key: &[u8],
+    window: impl Fn(usize, usize) -> Vec<u8>,
+) -> Result<(), String> {
+    const PIECES: usize = 256;
+    const STRIDE: usize = 256;
+    const PIECE: usize = 64;
+    let piece = |rank: u32, i: usize| pattern(rank, 1000 + i as u32, PIECE);
+    // Every rank has checked its window before any burst overwrites it;
+    // nothing is in flight, so blocking in the barrier starves no one.
+    c.barrier()?;
+    let mut puts: Vec<Vec<u8>> = (0..PIECES).map(|i| piece(c.rank, i)).collect();
+    let mut gets: Vec<Vec<u8>> = vec![vec![0u8; PIECE]; PIECES];
+    for (what, bufs) in [("put", &mut puts), ("get", &mut gets)] {
+        let mut tickets = Vec::with_capacity(PIECES);
+        for (i, buf) in bufs.iter_mut().enumerate() {
+            // SAFETY: every buffer outlives its operation, which completes
+            // in the wait below.
+            let region = unsafe { MemRegion::new(buf.as_mut_ptr(), PIECE) };
+            let at = addr + (i * STRIDE) as u64;
+            let ticket = if what == "put" {
+                c.m.put(c.next, region, None, at, key)
+            } else {
+                c.m.get(c.next, region, None, at, key)
+            };
+            tickets.push(ticket.map_err(|e| format!("{what} {i} of the burst: {e}"))?);
+        }
+        c.wait(&format!("the burst of {what}s"), |c| {
+            tickets.iter().all(|&t| c.rdma_status(t).is_some())
+        })?;
+        if let Some(i) = tickets.iter().position(|&t| c.rdma_status(t) != Some(true)) {
+            return Err(format!("{what} {i} of the burst completed with an error"));
+        }
+    }
+    if gets != puts {
+        return Err("a get of the burst read other bytes than the put wrote".into());
+    }
+    let mut told = false;
+    c.wait("the previous rank's burst", |c| {
+        if !told {
+            told = c.send(TAG_BURST_DONE, &[], &[]).is_ok();
+        }
+        told && c.inbox_count(TAG_BURST_DONE) == 1
+    })?;
+    c.take_inbox(TAG_BURST_DONE);
+    match (0..PIECES).find(|&i| window(i * STRIDE, PIECE) != piece(c.prev, i)) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "piece {i} of rank {}'s burst is not in the window",
+            c.prev
+        )),
+    }
+}
+
 fn case_in_place(c: &mut Ctx) -> Result<(), String> {
     let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
     if !flags.contains(BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS) {
@@ -774,6 +842,7 @@ fn run(
         TAG_RDMA_DONE,
         TAG_IN_PLACE,
         TAG_HEAP,
+        TAG_BURST_DONE,
     ] {
         let inbox = Rc::clone(&inbox);
         m.register(tag, move |msg| {
