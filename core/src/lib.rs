@@ -13,7 +13,9 @@
 //!   component names);
 //! - [`auth`]: SHA-256 and HMAC-SHA256, for transports that prove a peer
 //!   holds the job key;
-//! - [`wire`]: typed, checked views of the bytes transports exchange.
+//! - [`wire`]: typed, checked views of the bytes transports exchange;
+//! - [`id_hash`]: a cheap hasher for maps keyed by ids this process
+//!   chooses.
 #![no_std]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
