@@ -147,7 +147,7 @@ fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Strin
     }
 
     // Every rank registers a window holding its own pattern and publishes
-    // where it is; rank 0 also registers its local buffer.
+    // where it is, and registers the local buffer it moves bytes from or to.
     let mut window = pattern(rank, WINDOW_BYTES);
     let mut local = pattern(rank + 100, WINDOW_BYTES);
     // SAFETY: `window` and `local` are neither moved nor dropped before
