@@ -117,20 +117,42 @@ fn tcp_between_two_network_namespaces() {
     assert_passed(&out, "tcp between two namespaces", 2);
 }
 
-/// Builds the out-of-tree `loop` fixture (after the host, as a vendor
-/// builds a transport) with `envs`, and installs it as
-/// `libfireopal_btl_loop.so` in a fresh plugin directory.
-fn vendor_plugin(tag: &str, envs: &[(&str, &str)]) -> TempDir {
+/// Builds an out-of-tree fixture (after the host, as a vendor builds a
+/// plugin) with `envs`, and installs its library `built` as `installed` in
+/// a fresh plugin directory named after `tag`.
+fn vendor_build(
+    fixture: &str,
+    built: &str,
+    installed: &str,
+    tag: &str,
+    envs: &[(&str, &str)],
+) -> TempDir {
     host_binary().unwrap_or_else(|e| panic!("{e}"));
     let dir = TempDir::new(tag).unwrap_or_else(|e| panic!("{e}"));
-    let (built, _guard) =
-        build_fixture(&fixture_source("btl-loop"), envs).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::copy(
-        built.join("libfixture_btl_loop.so"),
-        dir.path().join("libfireopal_btl_loop.so"),
-    )
-    .unwrap_or_else(|e| panic!("installing the fixture: {e}"));
+    let (out, _guard) =
+        build_fixture(&fixture_source(fixture), envs).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::copy(out.join(built), dir.path().join(installed))
+        .unwrap_or_else(|e| panic!("installing the fixture: {e}"));
     dir
+}
+
+/// The `loop` transport fixture, installed as `libfireopal_btl_loop.so`.
+fn vendor_plugin(tag: &str, envs: &[(&str, &str)]) -> TempDir {
+    vendor_build(
+        "btl-loop",
+        "libfixture_btl_loop.so",
+        "libfireopal_btl_loop.so",
+        tag,
+        envs,
+    )
+}
+
+/// The job ended by itself, non-zero, and its output names `needle`.
+fn assert_failed(out: &RunOutput, needle: &str) {
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(!out.timed_out, "{report}");
+    assert_ne!(out.code, Some(0), "{report}");
+    assert!(out.stdout.contains(needle), "{needle:?} missing\n{report}");
 }
 
 /// A transport built outside the tree, after the host, and found through
@@ -154,10 +176,7 @@ fn an_out_of_tree_transport_passes() {
 fn a_broken_transport_fails() {
     let dir = vendor_plugin("conformance-broken", &[("FIXTURE_FAULT", "truncate")]);
     let out = run_suite("loop", 1, &[("FIREOPAL_PLUGIN_PATH", dir.path())]);
-    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(!out.timed_out, "{report}");
-    assert_ne!(out.code, Some(0), "{report}");
-    assert!(out.stdout.contains("rank 0: FAIL sizes:"), "{report}");
+    assert_failed(&out, "rank 0: FAIL sizes:");
 }
 
 const MEMHEAP_CASES: [&str; 5] = ["align", "random", "symmetric", "exhaustion", "bad-free"];
@@ -172,19 +191,16 @@ fn memheap_buddy_and_ptmalloc_pass() {
     }
 }
 
-/// Builds the out-of-tree `list` allocator with `envs` and installs it as
-/// `libfireopal_memheap_list.so` in a fresh plugin directory.
+/// The `list` allocator fixture, installed as
+/// `libfireopal_memheap_list.so`.
 fn vendor_allocator(tag: &str, envs: &[(&str, &str)]) -> TempDir {
-    host_binary().unwrap_or_else(|e| panic!("{e}"));
-    let dir = TempDir::new(tag).unwrap_or_else(|e| panic!("{e}"));
-    let (built, _guard) =
-        build_fixture(&fixture_source("memheap-list"), envs).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::copy(
-        built.join("libfixture_memheap_list.so"),
-        dir.path().join("libfireopal_memheap_list.so"),
+    vendor_build(
+        "memheap-list",
+        "libfixture_memheap_list.so",
+        "libfireopal_memheap_list.so",
+        tag,
+        envs,
     )
-    .unwrap_or_else(|e| panic!("installing the fixture: {e}"));
-    dir
 }
 
 #[test]
@@ -205,9 +221,6 @@ fn an_out_of_tree_allocator_passes_and_a_broken_one_fails() {
         2,
         &[("FIREOPAL_PLUGIN_PATH", broken.path())],
     );
-    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(!out.timed_out, "{report}");
-    assert_ne!(out.code, Some(0), "{report}");
-    assert!(out.stdout.contains(": FAIL "), "{report}");
-    assert!(out.stdout.contains("overlaps the live block"), "{report}");
+    assert_failed(&out, ": FAIL ");
+    assert_failed(&out, "overlaps the live block");
 }
