@@ -36,6 +36,7 @@ pub(crate) mod names {
     pub(crate) const KEEPALIVE_INTVL: &str = "btl_tcp_keepalive_intvl";
     pub(crate) const KEEPALIVE_PROBES: &str = "btl_tcp_keepalive_probes";
     pub(crate) const USER_TIMEOUT: &str = "btl_tcp_user_timeout_ms";
+    pub(crate) const ACK_TIMEOUT: &str = "btl_tcp_ack_timeout_ms";
     pub(crate) const PRIORITY: &str = "btl_tcp_priority";
     pub(crate) const LATENCY: &str = "btl_tcp_latency_ns";
     pub(crate) const BANDWIDTH: &str = "btl_tcp_bandwidth_mbps";
@@ -64,6 +65,11 @@ const DEFAULT_MAX_UNAUTHENTICATED: u64 = 64;
 const DEFAULT_KEEPALIVE_TIME: u64 = 30;
 const DEFAULT_KEEPALIVE_INTVL: u64 = 10;
 const DEFAULT_KEEPALIVE_PROBES: u64 = 3;
+/// A connection with data in flight to a peer whose machine answers
+/// nothing for a minute is failed, the same bound keepalive sets for an
+/// idle one (the kernel alone would retransmit for about fifteen minutes).
+/// A peer that does not read still answers, so it is never failed by this.
+const DEFAULT_ACK_TIMEOUT_MS: u64 = 60_000;
 const DEFAULT_PRIORITY: u64 = 20;
 const DEFAULT_LATENCY_NS: u64 = 10_000;
 const DEFAULT_BANDWIDTH_MBPS: u64 = 10_000;
@@ -147,6 +153,11 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         USER_TIMEOUT,
         ParamValue::UInt(0),
         "milliseconds sent data may stay unacknowledged before the peer is failed (0: the kernel's limit, about fifteen minutes); also fails a peer that does not read for that long",
+    )?;
+    r.register(
+        ACK_TIMEOUT,
+        ParamValue::UInt(DEFAULT_ACK_TIMEOUT_MS),
+        "milliseconds the peer's machine may leave data in flight unacknowledged (retransmitted, or its zero window unanswered) before the peer is failed (0: only the kernel's limit, about fifteen minutes); a peer that stops reading still acknowledges and is not failed",
     )?;
     r.register(
         PRIORITY,
@@ -329,6 +340,10 @@ pub(crate) struct Settings {
     pub(crate) keepalive: Option<Keepalive>,
     /// `TCP_USER_TIMEOUT` in milliseconds (0: the kernel's default).
     pub(crate) user_timeout_ms: u32,
+    /// How long a peer's machine may leave data in flight unacknowledged
+    /// before the peer is failed; `None` when `btl_tcp_ack_timeout_ms`
+    /// is 0.
+    pub(crate) ack_timeout: Option<Duration>,
     pub(crate) priority: u32,
     pub(crate) latency_ns: u32,
     pub(crate) bandwidth_mbps: u32,
@@ -445,6 +460,10 @@ impl Settings {
             max_unauthenticated,
             keepalive: keepalive(host)?,
             user_timeout_ms: small(host, USER_TIMEOUT, 0)?,
+            ack_timeout: match small(host, ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS)? {
+                0 => None,
+                ms => Some(Duration::from_millis(ms.into())),
+            },
             priority: small(host, PRIORITY, DEFAULT_PRIORITY)?,
             latency_ns: small(host, LATENCY, DEFAULT_LATENCY_NS)?,
             bandwidth_mbps: small(host, BANDWIDTH, DEFAULT_BANDWIDTH_MBPS)?,

@@ -126,6 +126,9 @@ pub(crate) struct Conn {
     pub(crate) rx: Option<Box<Rx>>,
     /// Whether epoll watches for writability.
     pub(crate) want_write: bool,
+    /// When the acknowledgement check first found the peer's machine not
+    /// answering (`None`: it answered at the last check).
+    pub(crate) stalled_since: Option<Instant>,
 }
 
 impl Conn {
@@ -141,6 +144,7 @@ impl Conn {
             nonce: [0; NONCE_LEN],
             rx: None,
             want_write: false,
+            stalled_since: None,
         }
     }
 

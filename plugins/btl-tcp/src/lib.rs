@@ -11,22 +11,32 @@
 //!
 //! Parameters (all `btl_tcp_*`): `if_include` / `if_exclude`, `ipv6`,
 //! `links`, `eager_limit`, `max_send_size`, `sndbuf` / `rcvbuf`,
-//! `write_chunk`, `recv_staging`, `handshake_timeout_ms`, `max_unauthenticated`,
-//! `keepalive_time` / `keepalive_intvl` / `keepalive_probes`, `user_timeout_ms`,
-//! `priority`, `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
+//! `write_chunk`, `recv_staging`, `handshake_timeout_ms`,
+//! `max_unauthenticated`, `keepalive_time` / `keepalive_intvl` /
+//! `keepalive_probes`, `ack_timeout_ms`, `user_timeout_ms`, `priority`,
+//! `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
 //! help. Every process of a job must use the same `max_send_size` (it is
 //! also the largest frame a receiver accepts).
 //!
 //! A peer that closes its connection is failed at once. One that goes
 //! silent without closing it (its machine died, the network between was
-//! cut) is failed by TCP keepalive while the connection is idle: after
-//! `keepalive_time` seconds without traffic the kernel probes, and after
-//! `keepalive_probes` unanswered probes the connection reports an error
-//! and the peer is failed like any other. While sent data is
-//! unacknowledged, the kernel's retransmission limit applies instead
-//! (about fifteen minutes), or `user_timeout_ms` when set; it is off by
-//! default because the kernel also applies it to a peer that stops
-//! reading, which a rank deep in computation does.
+//! cut) is failed within about a minute by default, whether or not data
+//! is in flight:
+//! - while the connection is idle, by TCP keepalive: after
+//!   `keepalive_time` seconds without traffic the kernel probes, and after
+//!   `keepalive_probes` unanswered probes the connection reports an error;
+//! - while sent data is unacknowledged, by the module itself: `progress`
+//!   reads the kernel's acknowledgement state (`TCP_INFO`) of each
+//!   connection now and then, and fails a peer whose machine has been
+//!   retransmitted to, or has left its zero window unanswered, for
+//!   `ack_timeout_ms` (the kernel alone would go on for about fifteen
+//!   minutes).
+//!
+//! A peer that only stops reading, as a rank deep in computation does, is
+//! never failed by either: its kernel answers probes and acknowledges what
+//! fits in its window. `user_timeout_ms` (`TCP_USER_TIMEOUT`, off by
+//! default) is stricter: the kernel applies it to a shut window too, so it
+//! also fails a peer that does not read for that long.
 //!
 //! The crate builds as the plugin `libfireopal_btl_tcp.so` and as an rlib
 //! so its tests can drive modules in-process.

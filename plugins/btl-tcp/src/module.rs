@@ -172,6 +172,8 @@ pub struct TcpModule {
     /// Peers whose queue got replies while a connection was being read.
     pub(crate) to_flush: Vec<Rank>,
     pub(crate) next_sweep: Instant,
+    /// When connections' acknowledgements are next looked at.
+    next_ack_check: Instant,
     /// Spare buffers for large active messages.
     pub(crate) big_pool: Vec<Vec<u8>>,
     /// `progress` calls so far.
@@ -203,6 +205,12 @@ fn sweep_interval(timeout: Duration) -> Duration {
     (timeout / 4).clamp(Duration::from_millis(1), Duration::from_millis(250))
 }
 
+/// How often connections' acknowledgements are checked: a few times per
+/// timeout, and at most once a second (one `getsockopt` per connection).
+fn ack_check_interval(timeout: Duration) -> Duration {
+    (timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
 impl TcpModule {
     /// A module listening on `listener`, which is `entries[entry]`.
     pub(crate) fn new(
@@ -228,6 +236,7 @@ impl TcpModule {
             size: job.size,
             key: job.job_key,
             next_sweep: Instant::now(),
+            next_ack_check: Instant::now(),
             settings,
             entry,
             entries,
@@ -580,6 +589,54 @@ impl TcpModule {
                 PluginError::new(
                     ErrorKind::PEER_FAILED,
                     format!("rank {rank} refused our connection and never opened its own"),
+                ),
+            );
+        }
+    }
+
+    /// Fails the peers whose machine has left data in flight
+    /// unacknowledged for `timeout`. The kernel would retransmit for about
+    /// fifteen minutes before giving up, and keepalive only probes idle
+    /// connections; `TCP_USER_TIMEOUT` would also fail a peer that merely
+    /// stopped reading (its window stays shut), which this check does not,
+    /// because that peer's kernel still answers.
+    fn check_acks(&mut self, now: Instant, timeout: Duration) {
+        let mut silent = Vec::new();
+        for id in self.conns.ids() {
+            let Some(conn) = self.conns.get_mut(id) else {
+                continue;
+            };
+            let (Phase::Established, Some(rank)) = (&conn.phase, conn.peer) else {
+                continue;
+            };
+            let state = match conn.sock.ack_state() {
+                Ok(s) if s.stalled() => s,
+                // Answering, or no answer to give: the socket's own error
+                // reaches epoll.
+                _ => {
+                    conn.stalled_since = None;
+                    continue;
+                }
+            };
+            let since = *conn.stalled_since.get_or_insert(now);
+            // Counted from the later of the last acknowledgement and the
+            // first check that saw the stall, so a connection idle for
+            // long is not failed by its first lost segment.
+            let quiet = Duration::from_millis(state.since_ack_ms.into()).min(now - since);
+            if quiet >= timeout {
+                silent.push((rank, quiet));
+            }
+        }
+        for (rank, quiet) in silent {
+            let ms = quiet.as_millis();
+            self.fail_peer(
+                rank,
+                PluginError::new(
+                    ErrorKind::PEER_FAILED,
+                    format!(
+                        "rank {rank}'s machine acknowledged nothing for {ms} ms with data in flight \
+                         (machine down or network cut; limit btl_tcp_ack_timeout_ms)"
+                    ),
                 ),
             );
         }
@@ -982,6 +1039,12 @@ impl Transport for TcpModule {
             if now >= self.next_sweep {
                 self.sweep(now);
                 self.next_sweep = now + sweep_interval(self.settings.handshake_timeout);
+            }
+            if let Some(timeout) = self.settings.ack_timeout {
+                if now >= self.next_ack_check {
+                    self.check_acks(now, timeout);
+                    self.next_ack_check = now + ack_check_interval(timeout);
+                }
             }
         }
         if let Some(hot) = self.hot {

@@ -179,6 +179,33 @@ impl Keepalive {
     pub(crate) const MAX_PROBES: u32 = 127;
 }
 
+/// What the kernel knows of the peer's acknowledgements on a connection
+/// (from `TCP_INFO`): enough to tell a peer whose machine stopped
+/// answering from one that only stopped reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AckState {
+    /// Segments sent and not acknowledged.
+    pub(crate) unacked: u32,
+    /// Retransmissions of the oldest unacknowledged segment in a row
+    /// (reset by an acknowledgement that moves forward).
+    pub(crate) retransmits: u8,
+    /// Zero-window probes in a row left unanswered.
+    pub(crate) probes: u8,
+    /// Milliseconds since the last acknowledgement arrived.
+    pub(crate) since_ack_ms: u32,
+}
+
+impl AckState {
+    /// Whether the peer's machine is not answering: data is being
+    /// retransmitted, or two window probes in a row went unanswered. A
+    /// peer that only stops reading answers its window probes, and the
+    /// first probe after a quiet spell is outstanding for a round trip,
+    /// hence two.
+    pub(crate) fn stalled(&self) -> bool {
+        (self.unacked > 0 && self.retransmits > 0) || self.probes >= 2
+    }
+}
+
 /// What a receive found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Recv {
@@ -381,6 +408,30 @@ impl Socket {
             )
         })?;
         Ok(value)
+    }
+
+    /// The connection's acknowledgement state (`TCP_INFO`).
+    pub(crate) fn ack_state(&self) -> io::Result<AckState> {
+        // SAFETY: tcp_info is plain old data; all zeroes is valid.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: `info` is a live tcp_info and `len` its size; the kernel
+        // writes at most `len` bytes.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                std::ptr::addr_of_mut!(info).cast(),
+                &mut len,
+            )
+        })?;
+        Ok(AckState {
+            unacked: info.tcpi_unacked,
+            retransmits: info.tcpi_retransmits,
+            probes: info.tcpi_probes,
+            since_ack_ms: info.tcpi_last_ack_recv,
+        })
     }
 
     /// The pending error of a non-blocking connect, if any.
@@ -762,6 +813,48 @@ pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stall_is_retransmission_or_two_unanswered_window_probes() {
+        let state = |unacked, retransmits, probes| AckState {
+            unacked,
+            retransmits,
+            probes,
+            since_ack_ms: 5000,
+        };
+        // What the kernel showed with the network cut under data in
+        // flight, and under a shut window.
+        assert!(state(1, 2, 0).stalled());
+        assert!(state(0, 0, 2).stalled());
+        // Idle; sent and not yet retransmitted; one probe out to a peer
+        // that does not read (answered within a round trip).
+        assert!(!state(0, 0, 0).stalled());
+        assert!(!state(3, 0, 0).stalled());
+        assert!(!state(0, 0, 1).stalled());
+    }
+
+    #[test]
+    fn acknowledged_data_reads_as_answering() {
+        let sizes = BufferSizes { send: 0, recv: 0 };
+        let listener = Socket::listen("127.0.0.1:0".parse().unwrap(), sizes).unwrap();
+        let client = Socket::connect(listener.local_addr().unwrap(), sizes).unwrap();
+        let mut g = Gather::<1>::new();
+        assert!(g.push(b"ping"));
+        // Once connected, the bytes go out and the peer's kernel
+        // acknowledges them (nobody reads them).
+        let state = (0..2000)
+            .find_map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                if matches!(client.send_gather(&g), Ok(4)) {
+                    g = Gather::<1>::new();
+                }
+                let s = client.ack_state().expect("TCP_INFO");
+                (g.total() == 0 && s.unacked == 0).then_some(s)
+            })
+            .expect("the peer's kernel acknowledges");
+        assert!(!state.stalled(), "{state:?}");
+        assert!(state.since_ack_ms < 60_000, "{state:?}");
+    }
 
     #[test]
     fn loopback_pair_moves_bytes_and_reports_close() {

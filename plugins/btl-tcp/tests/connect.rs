@@ -376,6 +376,11 @@ fn bad_parameters_make_the_component_unavailable() {
             ParamValue::UInt(1 << 40),
             "btl_tcp_user_timeout_ms",
         ),
+        (
+            "btl_tcp_ack_timeout_ms",
+            ParamValue::UInt(1 << 33),
+            "btl_tcp_ack_timeout_ms: must be below 2^32",
+        ),
     ] {
         let (h, _) = host_for(&JobSpec::new(2).param(name, value), 0, KEY);
         match TcpComponent::query(&h) {
