@@ -963,23 +963,20 @@ impl Transport for TcpModule {
         for i in 0..chunks {
             let offset = i * chunk;
             let clen = chunk.min(len - offset);
-            let mut head = Vec::with_capacity(FRAME_HEADER_LEN + PutHeader::LEN);
-            head.extend_from_slice(&FrameHeader::rdma(FrameKind::Put, clen as u64).encode());
-            head.extend_from_slice(
-                &PutHeader {
-                    op_id,
-                    remote_addr: op.remote_addr + offset as u64,
-                    key,
-                }
-                .encode(),
-            );
+            let frame = FrameHeader::rdma(FrameKind::Put, clen as u64).encode();
+            let put = PutHeader {
+                op_id,
+                remote_addr: op.remote_addr + offset as u64,
+                key,
+            }
+            .encode();
             let part = RegionPart {
                 region: op.local,
                 offset,
                 len: clen,
                 registration: None,
             };
-            let item = OutItem::with_region(head, part, Done::Nothing);
+            let item = OutItem::frame(&[&frame, &put], Some(part), Done::Nothing);
             // Every chunk but the last only queues: the last one's write
             // takes them all.
             let when = if i + 1 == chunks {
@@ -1007,22 +1004,20 @@ impl Transport for TcpModule {
                 received: 0,
             },
         );
-        let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + GetRequest::LEN);
-        frame.extend_from_slice(&FrameHeader::rdma(FrameKind::GetRequest, 0).encode());
-        frame.extend_from_slice(
-            &GetRequest {
-                op_id,
-                remote_addr: op.remote_addr,
-                key,
-                length: op.local.len() as u64,
-            }
-            .encode(),
-        );
+        let frame = FrameHeader::rdma(FrameKind::GetRequest, 0).encode();
+        let request = GetRequest {
+            op_id,
+            remote_addr: op.remote_addr,
+            key,
+            length: op.local.len() as u64,
+        }
+        .encode();
         // Cannot fail after `rdma_checks`; a failure while writing
         // completes the operation with the error.
         // The request is small whatever it asks for.
         let when = self.rdma_write_when(0);
-        let _ = self.enqueue(op.peer, OutItem::owned(frame, Done::Nothing), when);
+        let item = OutItem::frame(&[&frame, &request], None, Done::Nothing);
+        let _ = self.enqueue(op.peer, item, when);
         Ok(Completion::Pending)
     }
 

@@ -1,7 +1,9 @@
 //! Per-peer queue of bytes that could not be written yet.
 //!
-//! An item is an owned byte string (a frame's headers, or what was left of
-//! a whole frame when the socket took only part of it), optionally followed
+//! An item is an owned byte string (a frame's headers, kept inside the
+//! item so that queueing an RDMA frame or a reply allocates nothing, or
+//! what was left of a whole frame when the socket took only part of it),
+//! optionally followed
 //! by a range of memory the host lent us ([`RegionPart`]: the source of a
 //! `put`, valid until its completion, or registered memory a `get` reads,
 //! valid until deregistration). Items are written in order with gathered
@@ -35,10 +37,60 @@ pub(crate) enum Done {
     Send(u64),
 }
 
+/// Longest owned part kept inside an item: a frame header and the
+/// largest RDMA sub-header fit.
+const INLINE: usize = 64;
+
+// Longer headers would still be queued, through the heap.
+const _: () = {
+    use fireopal_core::wire::frame::FRAME_HEADER_LEN as F;
+    use fireopal_core::wire::frame::{GetRequest, GetResponse, PutAck, PutHeader};
+    assert!(F + PutHeader::LEN <= INLINE);
+    assert!(F + GetRequest::LEN <= INLINE);
+    assert!(F + GetResponse::LEN <= INLINE);
+    assert!(F + PutAck::LEN <= INLINE);
+};
+
+/// The owned bytes of an item.
+#[derive(Debug)]
+enum Owned {
+    /// A frame's headers, in place.
+    Inline { buf: [u8; INLINE], len: u8 },
+    /// Anything longer.
+    Heap(Vec<u8>),
+}
+
+impl Owned {
+    /// The concatenation of `parts`, in place when it fits.
+    fn concat(parts: &[&[u8]]) -> Self {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > INLINE {
+            return Self::Heap(parts.concat());
+        }
+        let mut buf = [0; INLINE];
+        let mut at = 0;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        Self::Inline {
+            buf,
+            len: len as u8,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Inline { buf, len } => &buf[..usize::from(*len)],
+            Self::Heap(v) => v,
+        }
+    }
+}
+
 /// One queued frame (or the rest of one).
 #[derive(Debug)]
 pub(crate) struct OutItem {
-    bytes: Vec<u8>,
+    bytes: Owned,
     region: Option<RegionPart>,
     written: usize,
     done: Done,
@@ -48,25 +100,26 @@ impl OutItem {
     /// An item of owned bytes.
     pub(crate) fn owned(bytes: Vec<u8>, done: Done) -> Self {
         Self {
-            bytes,
+            bytes: Owned::Heap(bytes),
             region: None,
             written: 0,
             done,
         }
     }
 
-    /// An item of owned headers followed by borrowed memory.
-    pub(crate) fn with_region(head: Vec<u8>, region: RegionPart, done: Done) -> Self {
+    /// An item of a frame's headers (`parts`, concatenated), followed by
+    /// borrowed memory when `region` is given.
+    pub(crate) fn frame(parts: &[&[u8]], region: Option<RegionPart>, done: Done) -> Self {
         Self {
-            bytes: head,
-            region: Some(region),
+            bytes: Owned::concat(parts),
+            region,
             written: 0,
             done,
         }
     }
 
     fn len(&self) -> usize {
-        self.bytes.len() + self.region.map_or(0, |r| r.len)
+        self.bytes.as_slice().len() + self.region.map_or(0, |r| r.len)
     }
 
     fn remaining(&self) -> usize {
@@ -75,8 +128,9 @@ impl OutItem {
 
     /// Adds the unsent part to `g`; false when `g` filled up first.
     fn gather<'a>(&'a self, g: &mut Gather<'a, MAX_IOV>) -> bool {
-        let owned = self.bytes.len();
-        if self.written < owned && !g.push(&self.bytes[self.written..]) {
+        let bytes = self.bytes.as_slice();
+        let owned = bytes.len();
+        if self.written < owned && !g.push(&bytes[self.written..]) {
             return false;
         }
         if let Some(r) = &self.region {
@@ -93,11 +147,12 @@ impl OutItem {
         let Some(r) = self.region.take() else {
             return Ok(());
         };
-        let owned = self.bytes.len();
+        let bytes = self.bytes.as_slice();
+        let owned = bytes.len();
         let skip = self.written.saturating_sub(owned);
-        let mut rest = self.bytes.split_off(self.written.min(owned));
+        let mut rest = bytes[self.written.min(owned)..].to_vec();
         rest.extend_from_slice(&copy_from_region(&r.region, r.offset + skip, r.len - skip)?);
-        self.bytes = rest;
+        self.bytes = Owned::Heap(rest);
         self.written = 0;
         Ok(())
     }
@@ -195,9 +250,10 @@ mod tests {
         // Reconstruct through a socket-free path: re-gather item by item.
         let mut out = Vec::new();
         for item in &q.items {
-            let owned = item.bytes.len();
+            let bytes = item.bytes.as_slice();
+            let owned = bytes.len();
             if item.written < owned {
-                out.extend_from_slice(&item.bytes[item.written..]);
+                out.extend_from_slice(&bytes[item.written..]);
             }
             if let Some(r) = &item.region {
                 let skip = item.written.saturating_sub(owned);
@@ -249,14 +305,14 @@ mod tests {
         // SAFETY: `mem` outlives the queue's use of the region.
         let region = unsafe { MemRegion::new(mem.as_mut_ptr(), mem.len()) };
         let mut q = SendQueue::default();
-        q.push(OutItem::with_region(
-            b"HD".to_vec(),
-            RegionPart {
+        q.push(OutItem::frame(
+            &[b"H", b"D"],
+            Some(RegionPart {
                 region,
                 offset: 2,
                 len: 5,
                 registration: Some(7),
-            },
+            }),
             Done::Nothing,
         ));
         assert_eq!(q.bytes(), 7);

@@ -416,10 +416,9 @@ impl TcpModule {
     }
 
     fn put_ack(&mut self, rank: Rank, op_id: u64, status: RdmaStatus) {
-        let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + PutAck::LEN);
-        frame.extend_from_slice(&FrameHeader::rdma(FrameKind::PutAck, 0).encode());
-        frame.extend_from_slice(&PutAck { op_id, status }.encode());
-        self.reply(rank, OutItem::owned(frame, Done::Nothing));
+        let frame = FrameHeader::rdma(FrameKind::PutAck, 0).encode();
+        let ack = PutAck { op_id, status }.encode();
+        self.reply(rank, OutItem::frame(&[&frame, &ack], None, Done::Nothing));
     }
 
     fn on_put_ack(
@@ -463,17 +462,17 @@ impl TcpModule {
         let (region, base, reg_id) = match resolved {
             Ok(r) => r,
             Err(status) => {
-                let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + GetResponse::LEN);
-                frame.extend_from_slice(&FrameHeader::rdma(FrameKind::GetResponse, 0).encode());
-                frame.extend_from_slice(
-                    &GetResponse {
-                        op_id: req.op_id,
-                        status,
-                        offset: 0,
-                    }
-                    .encode(),
+                let frame = FrameHeader::rdma(FrameKind::GetResponse, 0).encode();
+                let refusal = GetResponse {
+                    op_id: req.op_id,
+                    status,
+                    offset: 0,
+                }
+                .encode();
+                self.reply(
+                    rank,
+                    OutItem::frame(&[&frame, &refusal], None, Done::Nothing),
                 );
-                self.reply(rank, OutItem::owned(frame, Done::Nothing));
                 return;
             }
         };
@@ -483,25 +482,21 @@ impl TcpModule {
         let mut offset = 0;
         loop {
             let clen = chunk.min(len - offset);
-            let mut head = Vec::with_capacity(FRAME_HEADER_LEN + GetResponse::LEN);
-            head.extend_from_slice(
-                &FrameHeader::rdma(FrameKind::GetResponse, clen as u64).encode(),
-            );
-            head.extend_from_slice(
-                &GetResponse {
-                    op_id: req.op_id,
-                    status: RdmaStatus::Ok,
-                    offset: offset as u64,
-                }
-                .encode(),
-            );
+            let frame = FrameHeader::rdma(FrameKind::GetResponse, clen as u64).encode();
+            let answer = GetResponse {
+                op_id: req.op_id,
+                status: RdmaStatus::Ok,
+                offset: offset as u64,
+            }
+            .encode();
             let part = RegionPart {
                 region,
                 offset: base + offset,
                 len: clen,
                 registration: Some(reg_id),
             };
-            self.reply(rank, OutItem::with_region(head, part, Done::Nothing));
+            let item = OutItem::frame(&[&frame, &answer], Some(part), Done::Nothing);
+            self.reply(rank, item);
             offset += clen;
             if offset >= len {
                 break;
