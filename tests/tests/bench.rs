@@ -13,12 +13,18 @@ use fireopal_tests::{host_binary, run_with_timeout};
 /// Runs `fireopal bench <what> --quick --btl <btl>` on `ranks` ranks and
 /// returns its table.
 fn bench(what: &str, btl: &str, ranks: u32) -> String {
+    bench_with(what, btl, ranks, &[])
+}
+
+/// [`bench`] with more arguments.
+fn bench_with(what: &str, btl: &str, ranks: u32, more: &[&str]) -> String {
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     let mut cmd = Command::new(&host);
     if ranks > 1 {
         cmd.args(["run", "-n", &ranks.to_string(), "--"]).arg(&host);
     }
-    cmd.args(["bench", what, "--quick", "--btl", btl]);
+    cmd.args(["bench", what, "--quick", "--btl", btl])
+        .args(more);
     let out = run_with_timeout(&mut cmd, Duration::from_secs(300));
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(
@@ -49,6 +55,22 @@ fn sizes(table: &str) -> Vec<String> {
 fn pingpong_over_shm_and_tcp() {
     for btl in ["shm", "tcp"] {
         let table = bench("pingpong", btl, 2);
+        assert!(table.contains(&format!("over btl {btl}[")), "{table}");
+        assert_eq!(sizes(&table).len(), 8, "{table}");
+    }
+}
+
+/// Large messages by rendezvous: announced, then read by the receiver
+/// with `get`, which checks at the end that every byte it fetched is the
+/// sender's.
+#[test]
+fn pingpong_by_rendezvous_over_shm_tcp_and_self() {
+    for (btl, ranks) in [("shm", 2), ("tcp", 2), ("self", 1)] {
+        let table = bench_with("pingpong", btl, ranks, &["--from", "registered"]);
+        assert!(
+            table.contains("read by the receiver with get (rendezvous)"),
+            "{table}"
+        );
         assert!(table.contains(&format!("over btl {btl}[")), "{table}");
         assert_eq!(sizes(&table).len(), 8, "{table}");
     }

@@ -11,9 +11,12 @@
 //! `buffer` (the default: a transfer buffer when the transport offers
 //! them, as a runtime would place its large buffers), `heap` (an object
 //! of the symmetric heap, registered with the messenger), `user`
-//! (ordinary memory, sent in place) or `copy` (ordinary memory with
-//! `send`, which copies before returning).
+//! (ordinary memory, sent in place), `copy` (ordinary memory with
+//! `send`, which copies before returning) or `registered` (registered
+//! memory the receiver reads with `get`: a rendezvous, see
+//! [`rendezvous`]).
 
+mod rendezvous;
 mod rma;
 
 use std::cell::Cell;
@@ -21,6 +24,7 @@ use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use self::rendezvous::Rendezvous;
 use super::json::Json;
 use super::CommonArgs;
 use crate::bootstrap::Bootstrap;
@@ -37,7 +41,8 @@ const TAG_ACK: u8 = 2;
 const STALL: Duration = Duration::from_secs(30);
 
 const USAGE: &str =
-    "usage: fireopal bench pingpong [--btl NAME] [--from buffer|heap|user|copy] [--json] [--quick]
+    "usage: fireopal bench pingpong [--btl NAME] [--from buffer|heap|user|copy|registered]
+                               [--json] [--quick]
                                [--param name=value]...
        fireopal bench put|get [--btl NAME] [--json] [--quick] [--param name=value]...
 run it under `fireopal run -n 2`, or alone to reach this process itself";
@@ -53,6 +58,8 @@ enum From {
     User,
     /// Ordinary memory, sent with `send`.
     Copy,
+    /// Registered memory, announced and read by the receiver with `get`.
+    Registered,
 }
 
 impl From {
@@ -62,6 +69,7 @@ impl From {
             "heap" => Self::Heap,
             "user" => Self::User,
             "copy" => Self::Copy,
+            "registered" => Self::Registered,
             _ => return None,
         })
     }
@@ -127,7 +135,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         }
     };
     let Some(from) = from else {
-        eprintln!("fireopal bench: --from takes buffer, heap, user or copy\n{USAGE}");
+        eprintln!("fireopal bench: --from takes buffer, heap, user, copy or registered\n{USAGE}");
         return ExitCode::from(2);
     };
     if let Some(name) = btl {
@@ -213,7 +221,9 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
         m.register(TAG_ACK, move |_| acks.set(acks.get() + 1))
             .map_err(|e| e.to_string())?;
     }
-    let buf = vec![0xA5u8; largest];
+    // Not one repeated byte, so that a transport that moves the wrong
+    // bytes is caught where the bench checks them (`--from registered`).
+    let buf: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
     let attrs = m.attributes(peer);
     let eager = attrs.map_or(u64::MAX, |a| a.eager_limit);
     let flags = attrs.map(|a| a.flags).unwrap_or_default();
@@ -252,7 +262,20 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
             source.path = Path::InPlace;
             source.label = "a symmetric-heap object, sent in place";
         }
+        From::Registered => {
+            if !flags.contains(BtlFlags::GET) {
+                return Err(format!(
+                    "{}[{}] has no get, which --from registered needs",
+                    route.component, route.index
+                ));
+            }
+            source.path = Path::Rendezvous(Rendezvous::new(&mut m, peer, &buf, largest)?);
+            source.label = "registered memory, read by the receiver with get (rendezvous)";
+        }
     }
+    // A message for a tag the peer has not registered yet would be
+    // dropped: both sides finish their setup before the first one leaves.
+    boot.barrier().map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for &n in &SIZES {
         let (iters, warmup) = latency_iterations(n, quick);
@@ -268,10 +291,22 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
             bandwidth_mbs,
         });
     }
+    if let Path::Rendezvous(rv) = &source.path {
+        // The peer's last FIN may still be on its way.
+        let mut watch = StallWatch::new();
+        while !rv.all_answered() {
+            let events = m.progress().map_err(|e| e.to_string())?;
+            if watch.stalled(events) {
+                return Err("announced messages were never fetched".into());
+            }
+        }
+    }
     drain_sends(&mut m)?;
     let from_text = source.label;
-    if let Path::Transfer(tb) = source.path {
-        m.free_transfer_buffer(tb).map_err(|e| e.to_string())?;
+    match source.path {
+        Path::Transfer(tb) => m.free_transfer_buffer(tb).map_err(|e| e.to_string())?,
+        Path::Rendezvous(rv) => rv.finish(&mut m, &buf)?,
+        Path::Copy | Path::InPlace => {}
     }
     if let Some(segment) = heap_segment {
         m.unregister_segment(segment).map_err(|e| e.to_string())?;
@@ -363,14 +398,31 @@ impl StallWatch {
 
 /// Progresses until `counter` reaches `target`, with a stall limit.
 fn wait_for(m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), String> {
+    wait_serving(m, counter, target, None)
+}
+
+/// [`wait_for`], also serving the receiving side of `rendezvous`, whose
+/// finished gets count on `counter`.
+fn wait_serving(
+    m: &mut Messenger,
+    counter: &Cell<u64>,
+    target: u64,
+    rendezvous: Option<&Rendezvous>,
+) -> Result<(), String> {
     let mut watch = StallWatch::new();
     while counter.get() < target {
-        let events = m.progress().map_err(|e| e.to_string())?;
+        let mut events = m.progress().map_err(|e| e.to_string())?;
         if let Some((peer, why)) = m.take_failures().into_iter().next() {
             return Err(format!("rank {peer} failed: {why}"));
         }
-        for (_, status) in m.take_completions() {
-            status.map_err(|e| e.to_string())?;
+        let completions = m.take_completions();
+        match rendezvous {
+            Some(rv) => events += rv.serve(m, completions, counter)?,
+            None => {
+                for (_, status) in completions {
+                    status.map_err(|e| e.to_string())?;
+                }
+            }
         }
         if watch.stalled(events) {
             return Err(format!(
@@ -419,6 +471,8 @@ enum Path {
     InPlace,
     /// `send_from_transfer_buffer`.
     Transfer(TransferBufferHandle),
+    /// Announced, and read by the receiver with `get`.
+    Rendezvous(Rendezvous),
 }
 
 /// Where the bench's payloads come from: the first `n` bytes of `bytes`,
@@ -445,10 +499,21 @@ impl Source<'_> {
                 let region = unsafe { MemRegion::new(bytes.as_ptr().cast_mut(), bytes.len()) };
                 m.send_in_place(peer, tag, &[], region)
             }
+            Path::Rendezvous(rv) => return rv.announce(m, n),
         };
         match ticket.map_err(|e| e.to_string())? {
             SendTicket::Done | SendTicket::Pending(_) => Ok(()),
         }
+    }
+
+    /// Waits for `counter` to reach `target`, serving the rendezvous when
+    /// large messages go by one.
+    fn wait(&self, m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), String> {
+        let rendezvous = match &self.path {
+            Path::Rendezvous(rv) => Some(rv),
+            _ => None,
+        };
+        wait_serving(m, counter, target, rendezvous)
     }
 }
 
@@ -496,14 +561,14 @@ fn pingpong(
         if size == 1 {
             // One process: a round trip is two one-way trips to itself.
             payload.send(m, peer, TAG_PING, n)?;
-            wait_for(m, pings, seen + 1)?;
+            payload.wait(m, pings, seen + 1)?;
             payload.send(m, peer, TAG_PING, n)?;
-            wait_for(m, pings, seen + 2)?;
+            payload.wait(m, pings, seen + 2)?;
         } else if rank == 0 {
             payload.send(m, peer, TAG_PING, n)?;
-            wait_for(m, pings, seen + 1)?;
+            payload.wait(m, pings, seen + 1)?;
         } else {
-            wait_for(m, pings, seen + 1)?;
+            payload.wait(m, pings, seen + 1)?;
             payload.send(m, peer, TAG_PING, n)?;
         }
     }
@@ -532,11 +597,11 @@ fn stream(
             }
         }
         if size == 1 || rank == 1 {
-            wait_for(m, pings, pings_due)?;
+            payload.wait(m, pings, pings_due)?;
             send(m, peer, TAG_ACK, &[])?;
         }
         if size == 1 || rank == 0 {
-            wait_for(m, acks, ack_base + w)?;
+            payload.wait(m, acks, ack_base + w)?;
         }
     }
     Ok(start.elapsed())
