@@ -10,6 +10,10 @@
 //! handler never touches its bytes. Handlers cannot start operations, so
 //! the announcement handler only records what arrived; the bench's wait
 //! loop starts the gets and finishes them ([`Rendezvous::serve`]).
+//!
+//! Every message lands at the start of one landing buffer, as the OSU
+//! benchmarks receive all the messages of a window into one buffer; a
+//! runtime would fetch each into the buffer its receive names.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
