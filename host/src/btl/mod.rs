@@ -19,6 +19,13 @@
 //! `progress` returns. Messages between two processes over one module
 //! arrive in the order they were sent.
 //!
+//! A large message sent with `send` arrives whole before its handler runs,
+//! which then copies it where it belongs. Where the route offers `get`, a
+//! runtime can move it once instead, by rendezvous: announce a buffer
+//! registered with [`Messenger::register_memory`] in a small message, and
+//! let the receiver [`Messenger::get`] it into its own (the bench's
+//! `--from registered` is one, written on this API).
+//!
 //! The built-in `self` BTL lives in [`self_btl`].
 
 mod messenger;
