@@ -587,6 +587,19 @@ fn silent_peer_in_own_netns() {
         JobSpec::new(2)
             .param("btl_tcp_keepalive_time", ParamValue::UInt(0))
             .param("btl_tcp_ack_timeout_ms", ParamValue::UInt(2000)),
+        Duration::ZERO,
+        "acknowledged nothing for",
+    );
+    ip(&["link", "set", "lo", "up"]);
+
+    // The same after the connection sat idle for longer than the limit:
+    // the silence is counted from the first unanswered segment, so the
+    // peer still gets the whole limit.
+    data_in_flight_to_a_silent_peer(
+        JobSpec::new(2)
+            .param("btl_tcp_keepalive_time", ParamValue::UInt(0))
+            .param("btl_tcp_ack_timeout_ms", ParamValue::UInt(2000)),
+        Duration::from_secs(3),
         "acknowledged nothing for",
     );
     ip(&["link", "set", "lo", "up"]);
@@ -597,17 +610,20 @@ fn silent_peer_in_own_netns() {
             .param("btl_tcp_keepalive_time", ParamValue::UInt(0))
             .param("btl_tcp_ack_timeout_ms", ParamValue::UInt(0))
             .param("btl_tcp_user_timeout_ms", ParamValue::UInt(2000)),
+        Duration::ZERO,
         "timed out",
     );
 }
 
-/// Cuts `lo` under an established job of `spec` and sends 256 KiB: rank
-/// 0 must fail rank 1 within 1 to 20 s (the limit `spec` sets is 2 s), with a reason
-/// containing `why`, and fail the send once.
-fn data_in_flight_to_a_silent_peer(spec: JobSpec, why: &str) {
+/// Cuts `lo` under an established job of `spec`, idle for `idle`, and
+/// sends 256 KiB: rank 0 must fail rank 1 within 1 to 20 s (the limit
+/// `spec` sets is 2 s), with a reason containing `why`, and fail the send
+/// once.
+fn data_in_flight_to_a_silent_peer(spec: JobSpec, idle: Duration, why: &str) {
     use std::time::Instant;
     let mut procs = job(spec);
     established(&mut procs);
+    settle(&mut procs, idle);
     ip(&["link", "set", "lo", "down"]);
     let cut = Instant::now();
     // Taken into the socket's buffer, or queued: either way unacknowledged.
