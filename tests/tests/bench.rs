@@ -51,11 +51,17 @@ fn sizes(table: &str) -> Vec<String> {
         .collect()
 }
 
+/// By default large messages take the path that moves them once: shm's
+/// transfer buffers, tcp's rendezvous on `get`.
 #[test]
 fn pingpong_over_shm_and_tcp() {
-    for btl in ["shm", "tcp"] {
+    for (btl, path) in [
+        ("shm", "a transfer buffer, sent in place"),
+        ("tcp", "read by the receiver with get (rendezvous)"),
+    ] {
         let table = bench("pingpong", btl, 2);
         assert!(table.contains(&format!("over btl {btl}[")), "{table}");
+        assert!(table.contains(path), "{table}");
         assert_eq!(sizes(&table).len(), 8, "{table}");
     }
 }

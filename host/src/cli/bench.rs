@@ -8,13 +8,15 @@
 //! back-to-back messages with one acknowledgement per window.
 //!
 //! `--from` says where messages above the eager limit are sent from:
-//! `buffer` (the default: a transfer buffer when the transport offers
-//! them, as a runtime would place its large buffers), `heap` (an object
-//! of the symmetric heap, registered with the messenger), `user`
-//! (ordinary memory, sent in place), `copy` (ordinary memory with
-//! `send`, which copies before returning) or `registered` (registered
-//! memory the receiver reads with `get`: a rendezvous, see
-//! [`rendezvous`]).
+//! `buffer` (a transfer buffer when the transport offers them, as a
+//! runtime would place its large buffers, else as `copy`), `heap` (an
+//! object of the symmetric heap, registered with the messenger), `user`
+//! (ordinary memory, sent in place), `copy` (ordinary memory with `send`,
+//! which copies before returning) or `registered` (registered memory the
+//! receiver reads with `get`: a rendezvous, see [`rendezvous`]). The
+//! default, `auto`, takes the path that moves a large message once on the
+//! transport chosen: `buffer` where it offers transfer buffers (shm),
+//! else `registered` where it offers `get` (tcp), else `copy`.
 
 mod rendezvous;
 mod rma;
@@ -41,7 +43,7 @@ const TAG_ACK: u8 = 2;
 const STALL: Duration = Duration::from_secs(30);
 
 const USAGE: &str =
-    "usage: fireopal bench pingpong [--btl NAME] [--from buffer|heap|user|copy|registered]
+    "usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
                                [--json] [--quick]
                                [--param name=value]...
        fireopal bench put|get [--btl NAME] [--json] [--quick] [--param name=value]...
@@ -50,6 +52,9 @@ run it under `fireopal run -n 2`, or alone to reach this process itself";
 /// Where messages above the eager limit are sent from (`--from`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum From {
+    /// `Buffer` where the transport offers transfer buffers, else
+    /// `Registered` where it offers `get`, else `Copy`.
+    Auto,
     /// A transfer buffer when the transport offers them, else `Copy`.
     Buffer,
     /// A symmetric-heap object, the heap registered with the messenger.
@@ -65,6 +70,7 @@ enum From {
 impl From {
     fn parse(v: &str) -> Option<Self> {
         Some(match v {
+            "auto" => Self::Auto,
             "buffer" => Self::Buffer,
             "heap" => Self::Heap,
             "user" => Self::User,
@@ -97,7 +103,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let (mut json, mut quick, mut btl, mut from) = (false, false, None, Some(From::Buffer));
+    let (mut json, mut quick, mut btl, mut from) = (false, false, None, Some(From::Auto));
     let mut expect: Option<&str> = None;
     let parsed = CommonArgs::parse(rest, |a| {
         match expect.take() {
@@ -135,7 +141,9 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         }
     };
     let Some(from) = from else {
-        eprintln!("fireopal bench: --from takes buffer, heap, user, copy or registered\n{USAGE}");
+        eprintln!(
+            "fireopal bench: --from takes auto, buffer, heap, user, copy or registered\n{USAGE}"
+        );
         return ExitCode::from(2);
     };
     if let Some(name) = btl {
@@ -236,8 +244,15 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
         eager,
         label: "ordinary memory, copied by send",
     };
+    let single_copy = BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS;
+    let from = match from {
+        From::Auto if flags.contains(single_copy) => From::Buffer,
+        From::Auto if flags.contains(BtlFlags::GET) => From::Registered,
+        From::Auto => From::Copy,
+        chosen => chosen,
+    };
     match from {
-        From::Buffer if flags.contains(BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS) => {
+        From::Buffer if flags.contains(single_copy) => {
             let tb = m
                 .alloc_transfer_buffer(peer, largest)
                 .map_err(|e| e.to_string())?;
@@ -246,7 +261,7 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
             source.path = Path::Transfer(tb);
             source.label = "a transfer buffer, sent in place";
         }
-        From::Buffer | From::Copy => {}
+        From::Auto | From::Buffer | From::Copy => {}
         From::User => {
             source.path = Path::InPlace;
             source.label = "ordinary memory, sent in place";
