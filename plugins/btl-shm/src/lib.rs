@@ -62,9 +62,11 @@
 //!
 //! # Failures
 //!
-//! A peer whose process exits is noticed through its pidfd while work
-//! waits for it (queued fragments, rendezvous, emulated RDMA): it is
-//! reported failed and that work fails, each completion once.
+//! A peer whose process exits is noticed through its pidfd and reported
+//! failed, and the work that waits for it (queued fragments, rendezvous,
+//! emulated RDMA) fails, each completion once. While such work waits, the
+//! peers are checked every 1024 `progress` calls; while none does, every
+//! quarter of a second, so a process that only receives hears of it too.
 //!
 //! # Corruption
 //!

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fireopal_abi::btl::{
     Access, BtlAttributes, Completion, EventSink, MemRegion, PeerAddress, Rank, RdmaOp,
@@ -41,8 +42,13 @@ const FBOX_BATCH: usize = 64;
 /// process_vm_readv.
 const BOUNCE_KEEP: usize = 64 << 20;
 /// `progress` calls between checks that the peers this process waits for
-/// are still alive.
+/// are still alive (and, when it waits for none, between looks at the
+/// clock for [`IDLE_LIVENESS`]).
 const LIVENESS_PERIOD: u32 = 1024;
+/// How often the peers are checked while nothing waits for them, so that
+/// one whose process ended is reported even to a process that only
+/// receives (as a closed connection is over tcp).
+const IDLE_LIVENESS: Duration = Duration::from_millis(250);
 
 /// How many fragments and transfers went which way (for tests and
 /// tuning).
@@ -317,8 +323,10 @@ struct State {
     /// Whether process_vm_readv works at all here, or why not.
     cma: Result<(), String>,
     events: VecDeque<Event>,
-    /// Counts `progress` calls with work outstanding.
+    /// Counts `progress` calls.
     liveness_tick: u32,
+    /// When the peers are next checked if nothing waits for them.
+    next_idle_liveness: Instant,
     bounce: Vec<u8>,
     counters: Counters,
 }
@@ -483,6 +491,7 @@ impl ShmTransport {
                 cma,
                 events: VecDeque::new(),
                 liveness_tick: 0,
+                next_idle_liveness: Instant::now() + IDLE_LIVENESS,
                 bounce: Vec::new(),
                 counters: Counters::default(),
                 cfg,
@@ -2220,10 +2229,18 @@ impl Transport for ShmTransport {
         if !self.st.backlog.is_empty() {
             self.st.flush();
         }
-        if !self.st.backlog.is_empty() || !self.st.rts.is_empty() || !self.st.rdma.is_empty() {
-            self.st.liveness_tick += 1;
-            if self.st.liveness_tick % LIVENESS_PERIOD == 0 {
+        self.st.liveness_tick = self.st.liveness_tick.wrapping_add(1);
+        if self.st.liveness_tick % LIVENESS_PERIOD == 0 {
+            let waiting =
+                !self.st.backlog.is_empty() || !self.st.rts.is_empty() || !self.st.rdma.is_empty();
+            if waiting {
                 self.st.check_liveness();
+            } else {
+                let now = Instant::now();
+                if now >= self.st.next_idle_liveness {
+                    self.st.next_idle_liveness = now + IDLE_LIVENESS;
+                    self.st.check_liveness();
+                }
             }
         }
         if !self.st.events.is_empty() {

@@ -278,3 +278,34 @@ fn an_exited_peer_is_reported_and_its_sends_fail_once() {
     let out = run(Job::default(), peer_exits);
     eprintln!("{}", out[0]);
 }
+
+/// A peer that exits while this process only progresses, with nothing
+/// sent to it: it is reported failed all the same, once, and a later send
+/// to it fails.
+fn peer_exits_while_idle(ctx: &mut Ctx) -> Result<String, String> {
+    ctx.barrier();
+    if ctx.rank == 1 {
+        return Ok("exiting".into());
+    }
+    let mut sink = Sink::keeping();
+    progress_until(&mut ctx.module, &mut sink, Duration::from_secs(30), |s| {
+        !s.failed.is_empty()
+    })?;
+    for _ in 0..5000 {
+        ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
+    }
+    if sink.failed.len() != 1 || sink.failed[0].0 != 1 {
+        return Err(format!("failures: {:?}", sink.failed));
+    }
+    match ctx.module.sendi(1, 1, &[], b"x") {
+        Err(e) if e.kind == ErrorKind::PEER_FAILED => {}
+        other => return Err(format!("sendi to an exited peer gave {other:?}")),
+    }
+    Ok(format!("{}", sink.failed[0].1))
+}
+
+#[test]
+fn an_exited_peer_is_reported_while_nothing_waits_for_it() {
+    let out = run(Job::default(), peer_exits_while_idle);
+    eprintln!("{}", out[0]);
+}
