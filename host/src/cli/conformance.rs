@@ -656,7 +656,10 @@ fn case_peer_death(c: &mut Ctx) -> Result<(), String> {
         {
             return Ok(());
         }
-        if c.m.peer_failed(victim).is_some() || !c.m.take_failures().is_empty() {
+        // Other ranks leave too once their cases are done, and a transport
+        // may report them: only the victim's report counts.
+        let reported = c.m.take_failures().iter().any(|(r, _)| *r == victim);
+        if reported || c.m.peer_failed(victim).is_some() {
             return Ok(());
         }
         for (_, status) in c.m.take_completions() {
