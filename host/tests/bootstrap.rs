@@ -296,6 +296,53 @@ fn sigint_to_the_launcher_stops_and_reaps_every_rank() {
 }
 
 #[test]
+fn ranks_die_with_a_launcher_killed_outright() {
+    /// Kills what is left of the ranks, whatever the test found.
+    struct Leftovers(Vec<u32>);
+    impl Drop for Leftovers {
+        fn drop(&mut self) {
+            for &pid in &self.0 {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+    /// Whether `pid` still runs (a zombie waits only for its reaper).
+    fn running(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+    }
+
+    let ex = example();
+    let mut cmd = fireopal_run(&["-n", "2", "--"]);
+    cmd.arg(&ex).args(["hang", "ignore-term"]);
+    let mut job = Running::start(&mut cmd);
+    let mut ranks = Leftovers(Vec::new());
+    for _ in 0..2 {
+        let line = job.wait_line(" pid ", LIMIT);
+        let pid = line.rsplit(' ').next().and_then(|p| p.parse::<u32>().ok());
+        ranks.0.push(pid.expect("pid in line"));
+    }
+    signal(job.child.id(), libc::SIGKILL);
+    let limit = Duration::from_secs(5);
+    let (status, _, _) = job.finish_by(Instant::now() + limit, limit);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    let deadline = Instant::now() + limit;
+    while ranks.0.iter().any(|&pid| running(pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "ranks {:?} outlived their launcher by {limit:?}",
+            ranks.0
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn params_become_environment_and_output_is_tagged() {
     let mut cmd = fireopal_run(&[
         "-n",

@@ -12,6 +12,8 @@
 //!   blocked in a fence get an error at once), every rank gets SIGTERM, and
 //!   SIGKILL after [`JobSpec::grace`]. SIGINT, SIGTERM and SIGHUP to the
 //!   launcher do the same. Every child is reaped before [`run_job`] returns.
+//! - A launcher killed outright (SIGKILL) takes its ranks with it: each
+//!   rank asks the kernel for SIGKILL when its parent dies.
 //!
 //! [`run_job`] installs process-wide handlers for SIGINT, SIGTERM, SIGHUP
 //! and SIGCHLD while it runs (restored on return), so only one job runs per
@@ -438,6 +440,7 @@ fn spawn_rank(spec: &JobSpec, rank: u32) -> Result<Rank, SpawnError> {
         .stderr(Stdio::piped())
         .process_group(0);
     sys::inherit_fd(&mut cmd, fd);
+    sys::die_with_launcher(&mut cmd);
     let mut child = cmd.spawn().map_err(SpawnError::Spawn)?;
     // Our copy of the child's end must go, or we would never see it close.
     drop(theirs);

@@ -68,6 +68,30 @@ pub(crate) fn inherit_fd(cmd: &mut Command, fd: RawFd) {
     }
 }
 
+/// Makes the child of `cmd` die (SIGKILL) when the launcher dies before
+/// it, so no rank outlives a launcher that was killed outright and could
+/// not stop its job. The kernel sends the signal when the thread that
+/// forked ends: [`run_job`](super::launch::run_job) spawns and waits for
+/// its ranks on one thread.
+pub(crate) fn die_with_launcher(cmd: &mut Command) {
+    let launcher = std::process::id();
+    // SAFETY: the closure runs between fork and exec and only calls prctl
+    // and getppid, which are async-signal-safe; it touches no memory of
+    // the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The launcher may have died before the request took effect.
+            if u32::try_from(libc::getppid()).ok() != Some(launcher) {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Sends `signal` to the process group led by `pid` (each rank is started
 /// as the leader of its own group, so this reaches its children too).
 pub(crate) fn kill_group(pid: u32, signal: i32) -> io::Result<()> {
