@@ -467,6 +467,24 @@ fn bad_command_lines_are_clear_errors() {
 }
 
 #[test]
+fn version_names_the_plugin_interface() {
+    let out = Command::new(FIREOPAL)
+        .arg("--version")
+        .output()
+        .expect("run fireopal --version");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!(
+            "fireopal {}, plugin interface {}",
+            env!("CARGO_PKG_VERSION"),
+            fireopal_abi::INTERFACE_VERSION
+        )
+    );
+}
+
+#[test]
 fn rank_leaving_while_others_fence_is_reported() {
     // Rank 1 runs a program that never joins the exchange and exits 0: the
     // others, in a fence, are released with an error instead of hanging.

@@ -14,12 +14,17 @@ use crate::plugin::Options;
 const USAGE: &str = "usage: fireopal <command> [args]
 
 commands:
-  bench pingpong [--btl NAME] [--json]     latency and bandwidth (under `fireopal run -n 2`)
-  conformance --btl NAME [--case LIST]    check a transport against the BTL contract
-                                          (under `fireopal run -n N`)
+  bench pingpong [--btl NAME] [--from PATH] [--json]
+                                          latency and bandwidth of active messages
+  bench put|get [--btl NAME] [--json]     latency and bandwidth of one-sided operations
+                                          (both under `fireopal run -n 2`)
+  conformance --btl NAME | --memheap NAME [--case LIST]
+                                          check a transport or heap allocator against
+                                          its contract (under `fireopal run -n N`)
   info [--json] [--param name=value]...   components, their status, and every parameter
   run -n N [--param k=v]... [--tag-output] -- prog args
                                           start a job of N local processes
+  version                                 this host's version and plugin interface
 ";
 
 /// Entry point of the `fireopal` binary; `args` excludes the program name.
@@ -35,6 +40,16 @@ pub fn main(args: Vec<String>) -> ExitCode {
         "run" => run::main(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        "version" | "--version" | "-V" => {
+            // Plugins are loaded only when built against an interface
+            // this host accepts; a vendor reads which one here.
+            println!(
+                "fireopal {}, plugin interface {}",
+                env!("CARGO_PKG_VERSION"),
+                fireopal_abi::INTERFACE_VERSION
+            );
             ExitCode::SUCCESS
         }
         other => {
