@@ -123,6 +123,18 @@ impl Running {
         );
     }
 
+    /// The pids `n` ranks of the example's `hang` mode print, in the
+    /// order they print them.
+    fn rank_pids(&mut self, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                let line = self.wait_line(" pid ", LIMIT);
+                let pid = line.rsplit(' ').next().and_then(|p| p.parse::<u32>().ok());
+                pid.expect("pid in line")
+            })
+            .collect()
+    }
+
     /// Waits for a stdout line containing `needle`.
     fn wait_line(&mut self, needle: &str, limit: Duration) -> String {
         let deadline = self.started + limit;
@@ -270,12 +282,7 @@ fn sigint_to_the_launcher_stops_and_reaps_every_rank() {
     // Ranks that ignore SIGTERM make the launcher escalate to SIGKILL.
     cmd.arg(&ex).args(["hang", "ignore-term"]);
     let mut job = Running::start(&mut cmd);
-    let mut pids = Vec::new();
-    for _ in 0..3 {
-        let line = job.wait_line(" pid ", LIMIT);
-        let pid = line.rsplit(' ').next().and_then(|p| p.parse::<u32>().ok());
-        pids.push(pid.expect("pid in line"));
-    }
+    let pids = job.rank_pids(3);
     let launcher = job.child.id();
     assert_eq!(descendants(launcher).len(), 3);
     let sent = Instant::now();
@@ -318,12 +325,7 @@ fn ranks_die_with_a_launcher_killed_outright() {
     let mut cmd = fireopal_run(&["-n", "2", "--"]);
     cmd.arg(&ex).args(["hang", "ignore-term"]);
     let mut job = Running::start(&mut cmd);
-    let mut ranks = Leftovers(Vec::new());
-    for _ in 0..2 {
-        let line = job.wait_line(" pid ", LIMIT);
-        let pid = line.rsplit(' ').next().and_then(|p| p.parse::<u32>().ok());
-        ranks.0.push(pid.expect("pid in line"));
-    }
+    let ranks = Leftovers(job.rank_pids(2));
     signal(job.child.id(), libc::SIGKILL);
     let limit = Duration::from_secs(5);
     let (status, _, _) = job.finish_by(Instant::now() + limit, limit);
