@@ -432,32 +432,56 @@ fn dropping_the_cache_deregisters_idle_now_and_in_use_at_last_put() {
     assert_eq!(rec.registered(), rec.deregistered());
 }
 
-/// Runs `workers` threads of `work(worker)` against one more thread that
-/// calls `invalidate(i)` (which answers what `RegCache::invalidate` does)
-/// for i = 0, 1, ... until every worker is done, and at most ten million
-/// times, so that a worker's panic cannot hang it.
+/// Runs `workers` threads of `work(worker, meet)` against one more thread
+/// that calls `invalidate(i)` (which answers what `RegCache::invalidate`
+/// does) for i = 0, 1, ... until every worker is done, and at most ten
+/// million times, so that a worker's panic cannot hang it.
+///
+/// A worker calls `meet()` between batches of its operations: it returns
+/// once the invalidating thread has swept every one of the 64 page slots
+/// after the call began. So invalidations meet the worker's registrations
+/// however the threads are scheduled, even when other work keeps every core
+/// busy and the invalidating thread would otherwise start after the workers
+/// finish.
 fn race_with_invalidations(
     workers: usize,
-    work: impl Fn(u64) + Sync,
+    work: impl Fn(u64, &dyn Fn()) + Sync,
     invalidate: impl Fn(usize) -> usize + Sync,
 ) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const SLOTS: usize = 64;
     let done = AtomicUsize::new(0);
+    let sweeps = AtomicUsize::new(0);
+    let stopped = AtomicBool::new(false);
+    let meet = || {
+        // Two more sweeps started means one whole sweep began after now.
+        let target = sweeps.load(Ordering::Acquire) + 2;
+        let mut polls = 0u64;
+        while sweeps.load(Ordering::Acquire) < target && !stopped.load(Ordering::Acquire) {
+            polls += 1;
+            assert!(polls < 1 << 28, "the invalidating thread made no progress");
+            std::thread::yield_now();
+        }
+    };
     std::thread::scope(|s| {
         for w in 0..workers as u64 {
-            let (work, done) = (&work, &done);
+            let (work, done, meet) = (&work, &done, &meet);
             s.spawn(move || {
-                work(w);
-                done.fetch_add(1, Ordering::Relaxed);
+                work(w, meet);
+                done.fetch_add(1, Ordering::Release);
             });
         }
-        let (invalidate, done) = (&invalidate, &done);
+        let (invalidate, done, sweeps, stopped) = (&invalidate, &done, &sweeps, &stopped);
         s.spawn(move || {
             let mut i = 0usize;
-            while done.load(Ordering::Relaxed) < workers && i < 10_000_000 {
+            while done.load(Ordering::Acquire) < workers && i < 10_000_000 {
                 invalidate(i);
                 i += 1;
+                if i % SLOTS == 0 {
+                    sweeps.fetch_add(1, Ordering::Release);
+                }
             }
+            stopped.store(true, Ordering::Release);
         });
     });
 }
@@ -479,9 +503,12 @@ fn concurrent_gets_puts_and_invalidations_balance() {
     let (cache, rec, t) = cache_with(config);
     race_with_invalidations(
         3,
-        |w| {
+        |w, meet| {
             let mut x = 0x2545_f491_4f6c_dd1d_u64 ^ (w + 1);
-            for _ in 0..20_000 {
+            for n in 0..20_000 {
+                if n % 2_000 == 1_000 {
+                    meet();
+                }
                 let x = xorshift(&mut x);
                 let page = (x % 64) as usize;
                 let len = 1 + (x >> 8) as usize % (3 * PAGE);
@@ -517,13 +544,16 @@ fn registrations_held_across_threads_survive_invalidation_and_eviction() {
     let (cache, rec, t) = cache_with(config);
     race_with_invalidations(
         2,
-        |w| {
+        |w, meet| {
             // Each worker holds up to eight references at a time, taken at
             // the first page of 32 one-page registrations (the home table's
             // path), so invalidations and evictions meet entries in use.
             let mut held: Vec<Registration<Recorder>> = Vec::with_capacity(8);
             let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (w + 1);
-            for _ in 0..20_000 {
+            for n in 0..20_000 {
+                if n % 2_000 == 1_000 {
+                    meet();
+                }
                 let x = xorshift(&mut x);
                 let addr = 0x900_0000 + (x % 32) as usize * PAGE + (x >> 40) as usize % 64;
                 match cache.get(addr, 8, RR, t) {

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Runs a fireopal benchmark and the same pattern with MPI peers alternately,
+# round after round, in one invocation, and reports per size the median and
+# min-max of every contender and the ratio fireopal/peer of the medians,
+# with the machine line and the machine's own limits. This is how the
+# project states a performance figure (docs/BENCHMARKS.md).
+#
+#   scripts/compare.sh [--bench pingpong|put|get] [--btl shm|tcp]
+#                      [--peers openmpi,mpich|none] [--rounds N] [--quick]
+#                      [--json FILE] [--no-build] [-- fireopal bench args...]
+#
+# Latency ratios under 1 and bandwidth ratios over 1 favour fireopal.
+# Raw outputs of every run stay in target/compare/<UTC time>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+    sed -n '8,11p' "$0" | sed 's/^# \{0,3\}//'
+}
+
+bench=pingpong btl=shm peers=auto rounds=3 quick=0 json="" build=1
+extra=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bench) bench=${2:?--bench needs a value}; shift 2 ;;
+        --btl) btl=${2:?--btl needs a value}; shift 2 ;;
+        --peers) peers=${2?--peers needs a value}; shift 2 ;;
+        --rounds) rounds=${2:?--rounds needs a value}; shift 2 ;;
+        --quick) quick=1; shift ;;
+        --json) json=${2:?--json needs a file}; shift 2 ;;
+        --no-build) build=0; shift ;;
+        -h|--help) usage; exit 0 ;;
+        --) shift; extra=("$@"); break ;;
+        *) echo "compare.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+case "$bench" in pingpong|put|get) ;; *) echo "compare.sh: --bench is pingpong, put or get, not $bench" >&2; exit 2 ;; esac
+case "$btl" in shm|tcp) ;; *) echo "compare.sh: --btl is shm or tcp, not $btl" >&2; exit 2 ;; esac
+case "$rounds" in ''|*[!0-9]*|0) echo "compare.sh: --rounds takes a whole number from 1, not $rounds" >&2; exit 2 ;; esac
+
+# Peers by default: every MPI installed that runs this pattern here.
+if [ "$peers" = none ]; then
+    peers=""
+elif [ "$peers" = auto ]; then
+    peers=""
+    command -v mpicc.openmpi >/dev/null && peers="openmpi"
+    if command -v mpicc.mpich >/dev/null && [ "$bench" = pingpong ]; then
+        peers="${peers:+$peers,}mpich"
+    fi
+fi
+peer_list=()
+[ -n "$peers" ] && IFS=, read -r -a peer_list <<<"$peers"
+for p in "${peer_list[@]}"; do
+    case "$p" in
+        openmpi) command -v mpicc.openmpi >/dev/null || { echo "compare.sh: Open MPI is not installed (Debian: openmpi-bin libopenmpi-dev)" >&2; exit 2; } ;;
+        mpich)
+            command -v mpicc.mpich >/dev/null || { echo "compare.sh: MPICH is not installed (Debian: mpich libmpich-dev)" >&2; exit 2; }
+            [ "$bench" = pingpong ] || { echo "compare.sh: the mpich peer runs pingpong only (its one-sided operations over ucx are not the pattern measured here)" >&2; exit 2; } ;;
+        *) echo "compare.sh: unknown peer $p (openmpi, mpich)" >&2; exit 2 ;;
+    esac
+done
+
+out="target/compare/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+
+if [ "$build" = 1 ]; then
+    cargo build --release --workspace >&2
+fi
+fireopal=target/release/fireopal
+[ -x "$fireopal" ] || { echo "compare.sh: $fireopal is missing (drop --no-build)" >&2; exit 2; }
+
+cc -O2 -o "$out/limits" scripts/limits.c
+case "$bench" in
+    pingpong) mpi_src=scripts/mpi/pingpong.c mpi_args=() ;;
+    *) mpi_src=scripts/mpi/rma.c mpi_args=("$bench") ;;
+esac
+if [ "$quick" = 1 ]; then
+    [ "$bench" = pingpong ] || { echo "compare.sh: --quick is for pingpong only" >&2; exit 2; }
+    mpi_args+=(--quick)
+fi
+for p in "${peer_list[@]}"; do
+    "mpicc.$p" -O2 -o "$out/mpi_$p" "$mpi_src" 2>"$out/build-$p.log" ||
+        { cat "$out/build-$p.log" >&2; exit 1; }
+done
+
+# The machine line, and its limits measured now.
+{
+    echo "cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+    echo "cores=$(nproc)"
+    echo "kernel=$(uname -sr)"
+    echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "load=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "bench=$bench"
+    echo "btl=$btl"
+    echo "rounds=$rounds"
+    echo "quick=$quick"
+    echo "peers=$peers"
+    echo "extra=${extra[*]:-}"
+} >"$out/machine.txt"
+"$out/limits" >"$out/limits.txt"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI and UCX pick interfaces by themselves: keep them on loopback.
+ompi_common=(--bind-to core -np 2 --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+
+run_one() {
+    local who=$1 file=$2
+    case "$who" in
+        fireopal)
+            local args=("$bench" --btl "$btl" --json)
+            [ "$quick" = 1 ] && args+=(--quick)
+            "$fireopal" run --bind-to core -n 2 -- "$fireopal" bench "${args[@]}" "${extra[@]}" >"$file"
+            ;;
+        openmpi)
+            local mca=(--mca btl "self,vader")
+            if [ "$btl" = tcp ]; then
+                mca=(--mca btl "self,tcp")
+                # osc rdma refuses a window over the tcp BTL.
+                [ "$bench" != pingpong ] && mca+=(--mca osc pt2pt)
+            fi
+            timeout 600 mpirun.openmpi "${ompi_common[@]}" "${mca[@]}" "$out/mpi_openmpi" "${mpi_args[@]}" >"$file"
+            ;;
+        mpich)
+            if [ "$btl" = tcp ]; then
+                # Through UCX's tcp transport on lo, never its shared memory.
+                MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo \
+                    timeout 600 mpiexec.hydra -bind-to core -n 2 "$out/mpi_mpich" "${mpi_args[@]}" >"$file"
+            else
+                timeout 600 mpiexec.hydra -bind-to core -n 2 "$out/mpi_mpich" "${mpi_args[@]}" >"$file"
+            fi
+            ;;
+    esac
+}
+
+contenders=(fireopal "${peer_list[@]}")
+count=${#contenders[@]}
+for ((r = 1; r <= rounds; r++)); do
+    # Each round starts one contender later, so none always runs first.
+    for ((k = 0; k < count; k++)); do
+        who=${contenders[$(((r - 1 + k) % count))]}
+        echo "round $r/$rounds: $who" >&2
+        run_one "$who" "$out/round-$r-$who.txt"
+    done
+done
+
+report_args=("$out")
+[ -n "$json" ] && report_args+=(--json "$json")
+python3 scripts/compare_report.py "${report_args[@]}"

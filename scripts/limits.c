@@ -1,0 +1,171 @@
+/* What this machine allows two processes on cores 0 and 1, as floors for
+ * the transports' figures:
+ *   cacheline_half_rtt_ns   one cache line passed back and forth through
+ *                           shared memory (the floor of shm latency);
+ *   memcpy_MBps_<n>         one core copying n bytes (the ceiling of a
+ *                           copy-in/copy-out transport);
+ *   tcp_half_rtt_us_<n>     TCP over loopback with both sides polling
+ *                           non-blocking sockets, as fireopal and Open MPI
+ *                           do (the floor of tcp latency at n bytes).
+ * One `name value` line each.
+ *
+ *   cc -O2 -o /tmp/limits scripts/limits.c && /tmp/limits
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void on_core(int core) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(core, &set);
+    sched_setaffinity(0, sizeof set, &set); /* best effort: one core is fine */
+}
+
+static void die(const char *what) {
+    perror(what);
+    exit(1);
+}
+
+static void cacheline(void) {
+    enum { ROUNDS = 1000000 };
+    volatile uint64_t *line = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (line == MAP_FAILED) die("mmap");
+    *line = 0;
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        on_core(1);
+        for (uint64_t i = 1; i < 2 * ROUNDS; i += 2) {
+            while (__atomic_load_n(line, __ATOMIC_ACQUIRE) != i) {}
+            __atomic_store_n(line, i + 1, __ATOMIC_RELEASE);
+        }
+        _exit(0);
+    }
+    on_core(0);
+    double t0 = now();
+    for (uint64_t i = 0; i < 2 * ROUNDS; i += 2) {
+        __atomic_store_n(line, i + 1, __ATOMIC_RELEASE);
+        while (__atomic_load_n(line, __ATOMIC_ACQUIRE) != i + 2) {}
+    }
+    double t = now() - t0;
+    waitpid(child, NULL, 0);
+    printf("cacheline_half_rtt_ns %.1f\n", t / ROUNDS / 2 * 1e9);
+}
+
+static void copy_rate(size_t n) {
+    char *from = malloc(n), *to = malloc(n);
+    if (!from || !to) die("malloc");
+    memset(from, 1, n);
+    memset(to, 2, n);
+    int rounds = (int)((1u << 30) / n);
+    double t0 = now();
+    for (int i = 0; i < rounds; i++) {
+        memcpy(to, from, n);
+        __asm__ volatile("" ::: "memory");
+    }
+    double t = now() - t0;
+    printf("memcpy_MBps_%zu %.0f\n", n, (double)n * rounds / t / 1e6);
+    free(from);
+    free(to);
+}
+
+static void send_all(int s, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t r = send(s, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r < 0) {
+            if (errno == EAGAIN) continue;
+            die("send");
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+}
+
+static void recv_all(int s, char *p, size_t n) {
+    while (n > 0) {
+        ssize_t r = recv(s, p, n, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EAGAIN) continue;
+            die("recv");
+        }
+        if (r == 0) {
+            fprintf(stderr, "peer closed\n");
+            exit(1);
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+}
+
+static void tcp_pingpong(size_t n) {
+    int rounds = n <= 65536 ? 20000 : 500, warmup = rounds / 10, one = 1;
+    char *buf = malloc(n ? n : 1);
+    if (!buf) die("malloc");
+    memset(buf, 3, n);
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    if (listener < 0 || bind(listener, (void *)&addr, sizeof addr) < 0 ||
+        getsockname(listener, (void *)&addr, &len) < 0 || listen(listener, 1) < 0)
+        die("listen");
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        on_core(1);
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0 || connect(s, (void *)&addr, sizeof addr) < 0) die("connect");
+        setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        for (int i = 0; i < warmup + rounds; i++) {
+            recv_all(s, buf, n);
+            send_all(s, buf, n);
+        }
+        _exit(0);
+    }
+    on_core(0);
+    int s = accept(listener, NULL, NULL);
+    if (s < 0) die("accept");
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    double t0 = 0;
+    for (int i = 0; i < warmup + rounds; i++) {
+        if (i == warmup) t0 = now();
+        send_all(s, buf, n);
+        recv_all(s, buf, n);
+    }
+    double t = now() - t0;
+    waitpid(child, NULL, 0);
+    close(s);
+    close(listener);
+    free(buf);
+    printf("tcp_half_rtt_us_%zu %.2f\n", n, t / rounds / 2 * 1e6);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cacheline();
+    copy_rate(1 << 20);
+    copy_rate(4 << 20);
+    tcp_pingpong(8);
+    tcp_pingpong(64 << 10);
+    tcp_pingpong(1 << 20);
+    return 0;
+}

@@ -1,0 +1,112 @@
+/* Two-sided latency and bandwidth with MPI, in the pattern of
+ * `fireopal bench pingpong`, for a same-machine reference:
+ *   latency   = half a round trip of MPI_Send/MPI_Recv between ranks 0
+ *               and 1, averaged after a warm-up of a tenth;
+ *   bandwidth = windows of 64 MPI_Isend answered by one empty message
+ *               from the receiver, which has its 64 MPI_Irecv posted.
+ * Iteration counts and sizes are the fireopal bench's, so the two run the
+ * same number of operations at every size; `--quick` cuts them as the
+ * bench's `--quick` does.
+ *
+ *   mpicc.openmpi -O2 -o /tmp/mpi_pingpong scripts/mpi/pingpong.c
+ *   mpirun.openmpi --bind-to core -np 2 --mca btl self,vader /tmp/mpi_pingpong
+ *
+ * `scripts/compare.sh` builds and runs it alternately with fireopal.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LARGEST (4 << 20)
+#define WINDOW 64
+#define TAG_PING 1
+#define TAG_ACK 2
+
+static const int sizes[] = {0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20};
+
+static int quick;
+
+static int latency_iters(int n) {
+    int iters = n <= 8192 ? 20000 : n <= 65536 ? 5000 : n <= (1 << 20) ? 500 : 100;
+    return quick ? (iters / 20 > 5 ? iters / 20 : 5) : iters;
+}
+
+static int bw_windows(int n) {
+    int windows = n <= 8192 ? 400 : n <= 65536 ? 100 : n <= (1 << 20) ? 20 : 8;
+    return quick ? (windows / 10 > 2 ? windows / 10 : 2) : windows;
+}
+
+static double latency_us(int rank, char *buf, int n) {
+    int iters = latency_iters(n), warmup = iters / 10 > 2 ? iters / 10 : 2;
+    double t0 = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < warmup + iters; i++) {
+        if (i == warmup) t0 = MPI_Wtime();
+        if (rank == 0) {
+            MPI_Send(buf, n, MPI_BYTE, 1, TAG_PING, MPI_COMM_WORLD);
+            MPI_Recv(buf, n, MPI_BYTE, 1, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, n, MPI_BYTE, 0, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, n, MPI_BYTE, 0, TAG_PING, MPI_COMM_WORLD);
+        }
+    }
+    return (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+}
+
+static double bandwidth_mbs(int rank, char *buf, int n) {
+    MPI_Request reqs[WINDOW];
+    int windows = bw_windows(n);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int w = 0; w < windows; w++) {
+        if (rank == 0) {
+            for (int i = 0; i < WINDOW; i++)
+                MPI_Isend(buf, n, MPI_BYTE, 1, TAG_PING, MPI_COMM_WORLD, &reqs[i]);
+            MPI_Waitall(WINDOW, reqs, MPI_STATUSES_IGNORE);
+            MPI_Recv(NULL, 0, MPI_BYTE, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            for (int i = 0; i < WINDOW; i++)
+                MPI_Irecv(buf, n, MPI_BYTE, 0, TAG_PING, MPI_COMM_WORLD, &reqs[i]);
+            MPI_Waitall(WINDOW, reqs, MPI_STATUSES_IGNORE);
+            MPI_Send(NULL, 0, MPI_BYTE, 0, TAG_ACK, MPI_COMM_WORLD);
+        }
+    }
+    double t = MPI_Wtime() - t0;
+    return n == 0 ? 0.0 : (double)n * WINDOW * windows / t / 1e6;
+}
+
+int main(int argc, char **argv) {
+    int rank, size;
+    char *buf;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    if (size != 2) {
+        if (rank == 0) fprintf(stderr, "run with 2 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Alloc_mem(LARGEST, MPI_INFO_NULL, &buf);
+    memset(buf, rank + 1, LARGEST);
+    if (rank == 0) {
+        printf("# MPI pingpong: rank 0 <-> rank 1\n");
+        printf("%10s %14s %16s\n", "size", "latency (us)", "bandwidth (MB/s)");
+    }
+    for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int n = sizes[s];
+        double lat = latency_us(rank, buf, n);
+        double bw = bandwidth_mbs(rank, buf, n);
+        if (rank != 0) continue;
+        if (n < 1024)
+            printf("%8d B %14.2f %16.1f\n", n, lat, bw);
+        else if (n < (1 << 20))
+            printf("%6d KiB %14.2f %16.1f\n", n >> 10, lat, bw);
+        else
+            printf("%6d MiB %14.2f %16.1f\n", n >> 20, lat, bw);
+    }
+    MPI_Free_mem(buf);
+    MPI_Finalize();
+    return 0;
+}
