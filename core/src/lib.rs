@@ -9,6 +9,7 @@
 //! - [`buddy`]: the buddy allocator behind the symmetric heap;
 //! - [`shmq`]: layout and checks of the shared-memory transport's queues,
 //!   fast boxes and control messages;
+//! - [`copy`]: bulk copies that keep their speed at any alignment;
 //! - [`component`]: plain data shared by host and plugins (versions,
 //!   component names);
 //! - [`auth`]: SHA-256 and HMAC-SHA256, for transports that prove a peer
@@ -31,6 +32,7 @@ pub mod am;
 pub mod auth;
 pub mod buddy;
 pub mod component;
+pub mod copy;
 mod cpu;
 pub mod group;
 pub mod id_hash;

@@ -1069,13 +1069,10 @@ impl Messenger {
         // is freed through this messenger, checked above) and
         // `offset..end` lies inside it; `data` is ordinary memory of ours,
         // so the ranges do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                buffer.region.as_ptr().add(offset),
-                data.len(),
-            );
-        }
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(buffer.region.as_ptr().add(offset), data.len())
+        };
+        fireopal_core::copy::copy_bytes(dst, data);
         Ok(())
     }
 

@@ -220,7 +220,7 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
         let mut landing = vec![0u8; largest];
         m.register(TAG_PING, move |msg| {
             if let Some(dst) = landing.get_mut(..msg.payload.len()) {
-                dst.copy_from_slice(msg.payload);
+                fireopal_core::copy::copy_bytes(dst, msg.payload);
             }
             pings.set(pings.get() + 1);
         })

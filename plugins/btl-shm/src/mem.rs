@@ -14,6 +14,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
+use fireopal_core::copy::copy_bytes;
+
 /// A shared read-write mapping of a whole sealed memory file.
 #[derive(Debug)]
 pub(crate) struct Mapping {
@@ -191,7 +193,8 @@ impl<'m> View<'m> {
         // SAFETY: destination inside the mapping; the protocol gives this
         // writer sole access to the range; `src` is ordinary memory of
         // this process, distinct from it.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        let dst = unsafe { std::slice::from_raw_parts_mut(p, src.len()) };
+        copy_bytes(dst, src);
         true
     }
 
@@ -205,8 +208,15 @@ impl<'m> View<'m> {
         let Some(p) = self.range(off, len) else {
             return false;
         };
-        // SAFETY: destination checked above; source per the contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, p, len) };
+        // SAFETY: destination checked above (and given to this writer by
+        // the protocol); source valid and apart from it per the contract.
+        let (dst, src) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(p, len),
+                std::slice::from_raw_parts(src, len),
+            )
+        };
+        copy_bytes(dst, src);
         true
     }
 
@@ -220,8 +230,15 @@ impl<'m> View<'m> {
         let Some(p) = self.range(off, len) else {
             return false;
         };
-        // SAFETY: source checked above; destination per the contract.
-        unsafe { std::ptr::copy_nonoverlapping(p, dst, len) };
+        // SAFETY: source checked above; destination valid and apart from
+        // it per the contract.
+        let (dst, src) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(dst, len),
+                std::slice::from_raw_parts(p, len),
+            )
+        };
+        copy_bytes(dst, src);
         true
     }
 }

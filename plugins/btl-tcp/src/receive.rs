@@ -25,6 +25,7 @@ use crate::module::TcpModule;
 use crate::queue::{Done, OutItem, RegionPart};
 use crate::rdma::{status_error, OpKind};
 use crate::sys::{copy_to_region, Recv, Socket};
+use fireopal_core::copy::copy_bytes;
 
 /// Most `recv` calls on one connection per `progress`, so one busy peer
 /// cannot starve the others (epoll reports the rest next time).
@@ -235,7 +236,7 @@ impl TcpModule {
         match dest {
             Dest::Big => {
                 rx.big = self.take_big(payload_len);
-                rx.big[..staged.len()].copy_from_slice(staged);
+                copy_bytes(&mut rx.big[..staged.len()], staged);
             }
             Dest::Memory { region, offset, .. } => {
                 copy_to_region(&region, offset, staged).map_err(|e| malformed(rank, e))?;
