@@ -7,18 +7,20 @@
 #
 #   scripts/compare.sh [--bench pingpong|put|get] [--btl shm|tcp]
 #                      [--peers openmpi,mpich|none] [--rounds N] [--quick]
-#                      [--json FILE] [--no-build] [-- fireopal bench args...]
+#                      [--json FILE] [--out DIR] [--no-build] [--no-limits]
+#                      [-- fireopal bench args...]
 #
 # Latency ratios under 1 and bandwidth ratios over 1 favour fireopal.
-# Raw outputs of every run stay in target/compare/<UTC time>/.
+# Raw outputs of every run stay in DIR (default target/compare/<UTC time>/).
+# FIREOPAL=path runs that fireopal command instead of building the release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-    sed -n '8,11p' "$0" | sed 's/^# \{0,3\}//'
+    sed -n '8,12p' "$0" | sed 's/^# \{0,3\}//'
 }
 
-bench=pingpong btl=shm peers=auto rounds=3 quick=0 json="" build=1
+bench=pingpong btl=shm peers=auto rounds=3 quick=0 json="" build=1 out="" limits=1
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -28,7 +30,9 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=${2:?--rounds needs a value}; shift 2 ;;
         --quick) quick=1; shift ;;
         --json) json=${2:?--json needs a file}; shift 2 ;;
+        --out) out=${2:?--out needs a directory}; shift 2 ;;
         --no-build) build=0; shift ;;
+        --no-limits) limits=0; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; extra=("$@"); break ;;
         *) echo "compare.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -60,16 +64,20 @@ for p in "${peer_list[@]}"; do
     esac
 done
 
-out="target/compare/$(date -u +%Y%m%dT%H%M%SZ)"
+[ -n "$out" ] || out="target/compare/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 
-if [ "$build" = 1 ]; then
-    cargo build --release --workspace >&2
+if [ -n "${FIREOPAL:-}" ]; then
+    fireopal=$FIREOPAL
+else
+    [ "$build" = 1 ] && cargo build --release --workspace >&2
+    fireopal=target/release/fireopal
 fi
-fireopal=target/release/fireopal
 [ -x "$fireopal" ] || { echo "compare.sh: $fireopal is missing (drop --no-build)" >&2; exit 2; }
 
-cc -O2 -o "$out/limits" scripts/limits.c
+if [ "$limits" = 1 ]; then
+    cc -O2 -o "$out/limits" scripts/limits.c
+fi
 case "$bench" in
     pingpong) mpi_src=scripts/mpi/pingpong.c mpi_args=() ;;
     *) mpi_src=scripts/mpi/rma.c mpi_args=("$bench") ;;
@@ -97,7 +105,9 @@ done
     echo "peers=$peers"
     echo "extra=${extra[*]:-}"
 } >"$out/machine.txt"
-"$out/limits" >"$out/limits.txt"
+if [ "$limits" = 1 ]; then
+    "$out/limits" >"$out/limits.txt"
+fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI and UCX pick interfaces by themselves: keep them on loopback.

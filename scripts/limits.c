@@ -4,9 +4,16 @@
  *                           shared memory (the floor of shm latency);
  *   memcpy_MBps_<n>         one core copying n bytes (the ceiling of a
  *                           copy-in/copy-out transport);
+ *   memcpy_MBps_<n>_skew16  the same with the destination 16 bytes further
+ *                           into its cache line than the source, where
+ *                           `rep movsb` slows down on some processors;
  *   tcp_half_rtt_us_<n>     TCP over loopback with both sides polling
  *                           non-blocking sockets, as fireopal and Open MPI
- *                           do (the floor of tcp latency at n bytes).
+ *                           do (the floor of tcp latency at n bytes);
+ *   tcp_half_rtt_us_<n>_after16  the same with each message sent behind
+ *                           a 16-byte header in one sendmsg and read after
+ *                           it, as a framed transport does: the kernel's
+ *                           copies then meet the skew above.
  * One `name value` line each.
  *
  *   cc -O2 -o /tmp/limits scripts/limits.c && /tmp/limits
@@ -23,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,32 +80,39 @@ static void cacheline(void) {
     printf("cacheline_half_rtt_ns %.1f\n", t / ROUNDS / 2 * 1e9);
 }
 
-static void copy_rate(size_t n) {
-    char *from = malloc(n), *to = malloc(n);
-    if (!from || !to) die("malloc");
-    memset(from, 1, n);
-    memset(to, 2, n);
+static void copy_rate(size_t n, size_t skew) {
+    char *from = aligned_alloc(4096, n + 4096), *to = aligned_alloc(4096, n + 4096);
+    if (!from || !to) die("aligned_alloc");
+    memset(from, 1, n + 4096);
+    memset(to, 2, n + 4096);
     int rounds = (int)((1u << 30) / n);
     double t0 = now();
     for (int i = 0; i < rounds; i++) {
-        memcpy(to, from, n);
+        memcpy(to + skew, from, n);
         __asm__ volatile("" ::: "memory");
     }
     double t = now() - t0;
-    printf("memcpy_MBps_%zu %.0f\n", n, (double)n * rounds / t / 1e6);
+    printf("memcpy_MBps_%zu%s %.0f\n", n, skew ? "_skew16" : "", (double)n * rounds / t / 1e6);
     free(from);
     free(to);
 }
 
-static void send_all(int s, const char *p, size_t n) {
-    while (n > 0) {
-        ssize_t r = send(s, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+/* Sends `head` bytes of `hdr` then `n` of `p`, gathered. */
+static void send_all(int s, const char *hdr, size_t head, const char *p, size_t n) {
+    size_t done = 0, total = head + n;
+    while (done < total) {
+        struct iovec iov[2];
+        int k = 0;
+        if (done < head) iov[k++] = (struct iovec){(void *)(hdr + done), head - done};
+        size_t in_p = done > head ? done - head : 0;
+        iov[k++] = (struct iovec){(void *)(p + in_p), n - in_p};
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+        ssize_t r = sendmsg(s, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (r < 0) {
             if (errno == EAGAIN) continue;
-            die("send");
+            die("sendmsg");
         }
-        p += r;
-        n -= (size_t)r;
+        done += (size_t)r;
     }
 }
 
@@ -117,10 +132,11 @@ static void recv_all(int s, char *p, size_t n) {
     }
 }
 
-static void tcp_pingpong(size_t n) {
+static void tcp_pingpong(size_t n, size_t head) {
     int rounds = n <= 65536 ? 20000 : 500, warmup = rounds / 10, one = 1;
-    char *buf = malloc(n ? n : 1);
-    if (!buf) die("malloc");
+    char hdr[64] = {0};
+    char *buf = aligned_alloc(4096, n + 4096);
+    if (!buf) die("aligned_alloc");
     memset(buf, 3, n);
     int listener = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -136,8 +152,9 @@ static void tcp_pingpong(size_t n) {
         if (s < 0 || connect(s, (void *)&addr, sizeof addr) < 0) die("connect");
         setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         for (int i = 0; i < warmup + rounds; i++) {
+            recv_all(s, hdr, head);
             recv_all(s, buf, n);
-            send_all(s, buf, n);
+            send_all(s, hdr, head, buf, n);
         }
         _exit(0);
     }
@@ -148,7 +165,8 @@ static void tcp_pingpong(size_t n) {
     double t0 = 0;
     for (int i = 0; i < warmup + rounds; i++) {
         if (i == warmup) t0 = now();
-        send_all(s, buf, n);
+        send_all(s, hdr, head, buf, n);
+        recv_all(s, hdr, head);
         recv_all(s, buf, n);
     }
     double t = now() - t0;
@@ -156,16 +174,19 @@ static void tcp_pingpong(size_t n) {
     close(s);
     close(listener);
     free(buf);
-    printf("tcp_half_rtt_us_%zu %.2f\n", n, t / rounds / 2 * 1e6);
+    printf("tcp_half_rtt_us_%zu%s %.2f\n", n, head ? "_after16" : "", t / rounds / 2 * 1e6);
 }
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     cacheline();
-    copy_rate(1 << 20);
-    copy_rate(4 << 20);
-    tcp_pingpong(8);
-    tcp_pingpong(64 << 10);
-    tcp_pingpong(1 << 20);
+    copy_rate(64 << 10, 0);
+    copy_rate(64 << 10, 16);
+    copy_rate(1 << 20, 0);
+    copy_rate(4 << 20, 0);
+    tcp_pingpong(8, 0);
+    tcp_pingpong(64 << 10, 0);
+    tcp_pingpong(1 << 20, 0);
+    tcp_pingpong(1 << 20, 16);
     return 0;
 }

@@ -118,3 +118,70 @@ fn a_put_no_transport_can_carry_is_a_clear_error() {
         out.stderr
     );
 }
+
+/// Whether `name` is an executable on `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+/// `scripts/compare.sh` runs fireopal and an MPI peer for every round,
+/// keeps each run's output, and reports every size with a ratio, as table
+/// and as JSON.
+#[test]
+fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
+    let needed = ["mpicc.mpich", "mpiexec.hydra", "python3", "cc"];
+    if let Some(missing) = needed.iter().find(|n| !on_path(n)) {
+        assert!(
+            std::env::var("REQUIRE_MPICH_TESTS").as_deref() != Ok("1"),
+            "{missing} not found and REQUIRE_MPICH_TESTS=1 (install Debian's mpich libmpich-dev)"
+        );
+        eprintln!("skipped: {missing} not found (install Debian's mpich libmpich-dev)");
+        return;
+    }
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = fireopal_tests::TempDir::new("compare").unwrap_or_else(|e| panic!("{e}"));
+    let (raw, json) = (tmp.path().join("raw"), tmp.path().join("figures.json"));
+    let mut cmd = Command::new("bash");
+    cmd.arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
+        .args(["--btl", "shm", "--rounds", "2", "--quick", "--peers", "mpich"])
+        .arg("--no-limits")
+        .arg("--out")
+        .arg(&raw)
+        .arg("--json")
+        .arg(&json)
+        .env("FIREOPAL", &host);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(600));
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(!out.timed_out, "compare.sh timed out\n{report}");
+    assert_eq!(out.code, Some(0), "compare.sh\n{report}");
+
+    for round in 1..=2 {
+        for who in ["fireopal", "mpich"] {
+            let f = raw.join(format!("round-{round}-{who}.txt"));
+            assert!(f.is_file(), "{} missing\n{report}", f.display());
+        }
+    }
+    assert!(
+        out.stdout.starts_with("# pingpong over shm: "),
+        "no machine line\n{report}"
+    );
+    // Two tables (latency, bandwidth); every size in each, with a ratio.
+    let rows: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| size"))
+        .collect();
+    assert_eq!(rows.len(), 8 + 7, "rows\n{report}");
+    for row in &rows {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 4, "row {row:?}");
+        let ratio: f64 = cells[3].parse().unwrap_or(-1.0);
+        assert!(ratio > 0.0, "ratio in {row:?}");
+    }
+    let doc = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{e}\n{report}"));
+    // Per size: fireopal and mpich, latency and bandwidth, each with both
+    // rounds' values.
+    assert_eq!(doc.matches("\"runs\"").count(), 8 * 2 * 2, "{doc}");
+    assert_eq!(doc.matches("\"ratio\"").count(), 8, "{doc}");
+}
