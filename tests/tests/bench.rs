@@ -144,7 +144,9 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
     let (raw, json) = (tmp.path().join("raw"), tmp.path().join("figures.json"));
     let mut cmd = Command::new("bash");
     cmd.arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
-        .args(["--btl", "shm", "--rounds", "2", "--quick", "--peers", "mpich"])
+        .args([
+            "--btl", "shm", "--rounds", "2", "--quick", "--peers", "mpich",
+        ])
         .arg("--no-limits")
         .arg("--out")
         .arg(&raw)
