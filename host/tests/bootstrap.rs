@@ -377,16 +377,31 @@ fn params_become_environment_and_output_is_tagged() {
 
 #[test]
 fn untagged_lines_of_two_ranks_never_mix() {
-    // Each rank writes its line in five writes, 50 ms apart, so the two
-    // ranks' writes alternate; the launcher must still print whole lines.
+    // Each rank writes its line in five writes and, after each, leaves a
+    // mark and waits for the other rank's mark of the same write (polling
+    // at most 6000 times, 10 ms apart): so both ranks always have part of a
+    // line written, however they are scheduled, and the launcher must
+    // still print whole lines.
+    struct Marks(PathBuf);
+    impl Drop for Marks {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let marks = Marks(std::env::temp_dir().join(format!("fireopal-lines-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&marks.0);
+    std::fs::create_dir(&marks.0).expect("mark directory");
     let mut cmd = fireopal_run(&[
         "-n",
         "2",
         "--",
         "sh",
         "-c",
-        "for i in 1 2 3 4 5; do printf \"r$PMI_RANK.$i \"; sleep 0.05; done; echo",
+        "o=$((1 - PMI_RANK)); for i in 1 2 3 4 5; do printf \"r$PMI_RANK.$i \"; \
+         : > \"$FO_MARKS/$PMI_RANK.$i\"; n=0; while [ ! -e \"$FO_MARKS/$o.$i\" ]; do \
+         n=$((n + 1)); [ $n -le 6000 ] || exit 9; sleep 0.01; done; done; echo",
     ]);
+    cmd.env("FO_MARKS", &marks.0);
     let (status, mut stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
     assert!(status.success(), "{status}: {stderr}");
     stdout.sort();

@@ -69,6 +69,11 @@ fn simultaneous(schedule: &[usize]) {
             "timed out with schedule {schedule:?}"
         );
     }
+    // The loser is closed by whichever side decides; the other side sees
+    // it close on a later progress call.
+    drive(&mut procs, "the losing connection to close", |p| {
+        p.iter().all(|q| q.modules[0].connection_count() <= 1)
+    });
     settle(&mut procs, Duration::from_millis(20));
     for p in &procs {
         assert_eq!(

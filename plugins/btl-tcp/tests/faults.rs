@@ -271,9 +271,14 @@ fn a_peer_that_stops_reading_makes_sends_queue_then_drain() {
         let q = p[0].modules[0].queued_bytes(1);
         q > 0 && q <= sent_bytes
     });
+    // Shut for 3 s of the clock the module's check reads, and for enough
+    // progress calls that the check runs many times however slowly the
+    // machine goes.
     let shut = std::time::Instant::now();
-    while shut.elapsed() < Duration::from_secs(3) {
+    let mut calls = 0;
+    while calls < 3000 || shut.elapsed() < Duration::from_secs(3) {
         procs[0].progress();
+        calls += 1;
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(procs[0].rec.failures_of(1), 0, "{:?}", procs[0].rec.failed);
@@ -559,18 +564,23 @@ fn silent_peer_in_own_netns() {
         .param("btl_tcp_keepalive_intvl", ParamValue::UInt(1))
         .param("btl_tcp_keepalive_probes", ParamValue::UInt(2)));
     established(&mut procs);
-    // Idle means nothing unacknowledged: let the delayed acks go out.
-    settle(&mut procs, Duration::from_millis(300));
+    // Idle means nothing unacknowledged: wait for the delayed acks.
+    drive(&mut procs, "every byte acknowledged", |_| {
+        nothing_unacknowledged()
+    });
+    // The lower bound counts from before `lo` can be down, the upper one
+    // from when it surely is, so a slow `ip` moves neither.
+    let cutting = Instant::now();
     ip(&["link", "set", "lo", "down"]);
     let cut = Instant::now();
     drive(&mut procs, "keepalive failures", |p| {
         p[0].rec.failures_of(1) == 1 && p[1].rec.failures_of(0) == 1
     });
-    let took = cut.elapsed();
+    let (since_cutting, took) = (cutting.elapsed(), cut.elapsed());
     eprintln!("idle connection failed after {took:?}");
     assert!(
-        took >= Duration::from_secs(1),
-        "failed before any probe: {took:?}"
+        since_cutting >= Duration::from_secs(1),
+        "failed before any probe: {since_cutting:?}"
     );
     assert!(took < Duration::from_secs(20), "{took:?}");
     let (_, why) = &procs[0].rec.failed[0];
@@ -613,6 +623,24 @@ fn silent_peer_in_own_netns() {
         Duration::ZERO,
         "timed out",
     );
+}
+
+/// Whether every established tcp connection of this network namespace had
+/// all it sent acknowledged (`tx_queue`, write_seq - snd_una, in
+/// /proc/net/tcp and tcp6).
+fn nothing_unacknowledged() -> bool {
+    ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
+        .iter()
+        .all(|path| {
+            // No tcp6 table without IPv6: nothing there to wait for.
+            std::fs::read_to_string(path).map_or(true, |table| {
+                table.lines().skip(1).all(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let established = fields.get(3) == Some(&"01");
+                    !established || fields.get(4).is_some_and(|q| q.starts_with("00000000:"))
+                })
+            })
+        })
 }
 
 /// Cuts `lo` under an established job of `spec`, idle for `idle`, and

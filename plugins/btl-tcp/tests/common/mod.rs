@@ -228,16 +228,24 @@ pub fn drive_some(
     }
 }
 
-/// Progresses every rank for a while, for things that must *not* happen.
+/// Progresses every rank for `time`, and at least [`SETTLE_ROUNDS`] times,
+/// for things that must *not* happen.
 pub fn settle(procs: &mut [Proc], time: Duration) {
     let start = Instant::now();
-    while start.elapsed() < time {
+    let mut rounds = 0;
+    while rounds < SETTLE_ROUNDS || start.elapsed() < time {
         for p in procs.iter_mut() {
             p.progress();
         }
+        rounds += 1;
         std::thread::sleep(Duration::from_micros(200));
     }
 }
+
+/// Progress rounds a [`settle`] makes however slowly the machine runs, so
+/// that what would go wrong has the calls it needs to show: a few times
+/// the modules' period between looks at the clock.
+pub const SETTLE_ROUNDS: u32 = 256;
 
 /// One delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
