@@ -376,7 +376,12 @@ pub trait Transport: Send + 'static {
     }
 
     /// Makes progress: sends what is queued, receives what arrived, and
-    /// reports each event to `sink`. Returns how many events it reported.
+    /// reports each event to `sink`. Returns how much work it did: the
+    /// events it reported plus the peers' remote operations it served
+    /// (a put written into a registration, a get answered), so that a
+    /// module that only serves a peer's puts is seen at work, not idle. A
+    /// transport whose `put`/`get` reach the target's memory without the
+    /// target's help serves nothing there.
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError>;
 
     /// Sends like [`Transport::send`], except that the module may read

@@ -529,6 +529,7 @@ fn concurrent_gets_puts_and_invalidations_balance() {
     );
     assert!(rec.log().bad_deregistrations.is_empty());
     assert_eq!(rec.live_count(), cache.stats().live_count);
+    eprintln!("{:?}", cache.stats());
     assert!(cache.stats().invalidations > 0);
     drop(cache);
     assert_eq!(rec.registered(), rec.deregistered());
@@ -579,6 +580,7 @@ fn registrations_held_across_threads_survive_invalidation_and_eviction() {
     assert!(rec.log().bad_deregistrations.is_empty());
     let s = cache.stats();
     assert_eq!(rec.live_count(), s.live_count);
+    eprintln!("{s:?}");
     assert!(s.invalidations > 0 && s.hits > 0);
     drop(cache);
     assert_eq!(rec.registered(), rec.deregistered());

@@ -1,9 +1,9 @@
-//! `fireopal bench` end to end, in its quick form: every benchmark runs as
-//! a two-rank job over shm and over tcp (and alone over `self`), ends by
-//! itself, and prints a row per size. The one-sided benchmarks check the
-//! bytes they moved last, so a transport that completes without moving
-//! data fails them. The figures themselves belong in docs/BENCHMARKS.md,
-//! not here.
+//! `fireopal bench` end to end, in its quick form (the one-sided ones also
+//! at full length): every benchmark runs as a two-rank job over shm and
+//! over tcp (and alone over `self`), ends by itself, and prints a row per
+//! size. The one-sided benchmarks check the bytes they moved last, so a
+//! transport that completes without moving data fails them. The figures
+//! themselves belong in docs/BENCHMARKS.md, not here.
 
 use std::process::Command;
 use std::time::Duration;
@@ -18,14 +18,20 @@ fn bench(what: &str, btl: &str, ranks: u32) -> String {
 
 /// [`bench`] with more arguments.
 fn bench_with(what: &str, btl: &str, ranks: u32, more: &[&str]) -> String {
+    let args: Vec<&str> = ["--quick"].iter().chain(more).copied().collect();
+    bench_full(what, btl, ranks, &args, Duration::from_secs(300))
+}
+
+/// `fireopal bench <what> --btl <btl> <more>`, at full length unless
+/// `more` says `--quick`, killed after `limit`.
+fn bench_full(what: &str, btl: &str, ranks: u32, more: &[&str], limit: Duration) -> String {
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     let mut cmd = Command::new(&host);
     if ranks > 1 {
         cmd.args(["run", "-n", &ranks.to_string(), "--"]).arg(&host);
     }
-    cmd.args(["bench", what, "--quick", "--btl", btl])
-        .args(more);
-    let out = run_with_timeout(&mut cmd, Duration::from_secs(300));
+    cmd.args(["bench", what, "--btl", btl]).args(more);
+    let out = run_with_timeout(&mut cmd, limit);
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(
         !out.timed_out,
@@ -97,6 +103,31 @@ fn put_and_get_over_shm_tcp_and_self() {
                 ["8 B", "64 B", "1 KiB", "8 KiB", "64 KiB", "1 MiB", "4 MiB"],
                 "{table}"
             );
+        }
+    }
+}
+
+/// A rank that only serves the other's puts or gets is not taken for a
+/// stalled one: at full length, over tcp with socket buffers so small
+/// that every operation trickles (longer than the bench's 30 s stall
+/// limit, about 40 s each in a debug build on an idle machine), and over
+/// shm, whose target sees nothing of the operations that land in its
+/// memory, both benches finish. The time limit only guards against a
+/// hang: a busy machine stretches the run.
+#[test]
+fn full_length_put_and_get_finish_while_the_target_only_serves() {
+    let tiny = [
+        "--param",
+        "btl_tcp_sndbuf=8k",
+        "--param",
+        "btl_tcp_rcvbuf=8k",
+        "--param",
+        "btl_tcp_write_chunk=2k",
+    ];
+    for what in ["put", "get"] {
+        for (btl, more) in [("tcp", &tiny[..]), ("shm", &[][..])] {
+            let table = bench_full(what, btl, 2, more, Duration::from_secs(1800));
+            assert_eq!(sizes(&table).len(), 7, "{what} over {btl}\n{table}");
         }
     }
 }

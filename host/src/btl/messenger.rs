@@ -710,8 +710,9 @@ impl Messenger {
     }
 
     /// Drives every module once: delivers arrived messages to their
-    /// handlers and collects completions. Returns how many events the
-    /// modules reported. A panic in a handler resumes here, after the
+    /// handlers and collects completions. Returns how much work the
+    /// modules did: events reported plus peers' remote operations served
+    /// (0 means nothing happened). A panic in a handler resumes here, after the
     /// module's call returned.
     pub fn progress(&mut self) -> Result<usize, ProgressError> {
         self.polls = self.polls.wrapping_add(1);

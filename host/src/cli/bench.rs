@@ -411,13 +411,9 @@ impl StallWatch {
     }
 }
 
-/// Progresses until `counter` reaches `target`, with a stall limit.
-fn wait_for(m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), String> {
-    wait_serving(m, counter, target, None)
-}
-
-/// [`wait_for`], also serving the receiving side of `rendezvous`, whose
-/// finished gets count on `counter`.
+/// Progresses until `counter` reaches `target`, with a stall limit, also
+/// serving the receiving side of `rendezvous`, whose finished gets count
+/// on `counter`.
 fn wait_serving(
     m: &mut Messenger,
     counter: &Cell<u64>,

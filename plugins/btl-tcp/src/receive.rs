@@ -278,7 +278,8 @@ impl TcpModule {
         }
     }
 
-    /// Handles one complete frame; returns the events reported.
+    /// Handles one complete frame; returns the events reported and the
+    /// remote operations served.
     fn dispatch(
         &mut self,
         rank: Rank,
@@ -307,7 +308,8 @@ impl TcpModule {
                     Err(status) => status,
                 };
                 self.put_ack(rank, put.op_id, status);
-                Ok(0)
+                // A served operation counts as work done (see `progress`).
+                Ok(1)
             }
             FrameKind::PutAck => {
                 let ack = PutAck::parse(head).map_err(|e| malformed(rank, e))?;
@@ -316,7 +318,7 @@ impl TcpModule {
             FrameKind::GetRequest => {
                 let req = GetRequest::parse(head).map_err(|e| malformed(rank, e))?;
                 self.answer_get(rank, &req);
-                Ok(0)
+                Ok(1)
             }
             FrameKind::GetResponse => {
                 let resp = GetResponse::parse(head).map_err(|e| malformed(rank, e))?;
@@ -403,7 +405,7 @@ impl TcpModule {
             }
             Finish::PutAck { op_id, status } => {
                 self.put_ack(rank, op_id, status);
-                Ok(0)
+                Ok(1)
             }
             Finish::GetChunk { op_id, offset } => {
                 let resp = GetResponse {

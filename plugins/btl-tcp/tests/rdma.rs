@@ -339,3 +339,50 @@ fn get_answers_queued_at_deregistration_carry_the_bytes_of_that_moment() {
         "the answer holds the bytes of the moment of release"
     );
 }
+
+/// The target's `progress` counts the operations it serves, so a rank that
+/// only serves a peer's puts and gets is seen at work: no stall watch or
+/// idle-module heuristic above the transport takes it for a silent one.
+#[test]
+fn serving_puts_and_gets_counts_as_work_at_the_target() {
+    let mut procs = job(JobSpec::new(2));
+    let (_target, base, _reg_id, key) = window_of_rank_1(&mut procs, 1 << 20);
+    // The connection is up before anything is counted.
+    post(procs[0].m(), 1, 7, &[], b"hello", 1);
+    drive(&mut procs, "the first message", |p| {
+        p[1].rec.count_from(0) == 1
+    });
+
+    for (cookie, is_put, len) in [
+        (10u64, true, 64usize),
+        (11, false, 64),
+        (12, true, 512 << 10),
+    ] {
+        let mut local = pattern(cookie, len);
+        let started = if is_put {
+            procs[0]
+                .m()
+                .put(&op(1, region(&mut local), base, &key, cookie))
+        } else {
+            procs[0]
+                .m()
+                .get(&op(1, region(&mut local), base, &key, cookie))
+        };
+        assert_eq!(started.unwrap(), Completion::Pending);
+        let (mut served, start) = (0usize, std::time::Instant::now());
+        while !procs[0].rec.rdma.contains_key(&cookie) {
+            procs[0].progress();
+            served += procs[1].progress();
+            assert!(
+                start.elapsed() < LIMIT,
+                "operation {cookie} never completed"
+            );
+        }
+        wait_rdma(&mut procs, 0, cookie).unwrap();
+        assert_eq!(procs[1].rec.msgs.len(), 1, "the target got no message");
+        assert!(
+            served >= 1,
+            "operation {cookie}: the target reported no work"
+        );
+    }
+}

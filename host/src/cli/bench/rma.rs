@@ -15,13 +15,12 @@
 use std::cell::Cell;
 use std::process::ExitCode;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
 use super::{
-    bandwidth_windows, latency_iterations, open_pair, wait_for, Pair, Row, StallWatch, SIZES,
-    STALL, WINDOW,
+    bandwidth_windows, latency_iterations, open_pair, Pair, Row, StallWatch, SIZES, STALL, WINDOW,
 };
 use crate::btl::{MemoryHandle, Messenger, SendTicket};
 use crate::cli::json::Json;
@@ -33,6 +32,8 @@ const TAG_DONE: u8 = 3;
 const WINDOW_BYTES: usize = 4 << 20;
 /// Seed of the pattern the last put carries, which the target checks.
 const CHECK_SEED: u32 = 200;
+/// Longest the target waits for the origin to finish the whole benchmark.
+const ORIGIN_LIMIT: Duration = Duration::from_secs(900);
 
 /// Which one-sided operation is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,7 +238,7 @@ fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Strin
         }
     } else {
         // Serve the origin's operations until it is done.
-        wait_for(&mut m, &done, 1)?;
+        serve_until_done(&mut m, &done)?;
     }
     let check_put = op == Op::Put && (size == 1 || !origin);
     if check_put && window != pattern(CHECK_SEED, WINDOW_BYTES) {
@@ -257,6 +258,33 @@ fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Strin
         }
     }
     boot.finalize().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Progresses until the origin's DONE arrives. The target of one-sided
+/// operations may see no event at all while they land (shm writes its
+/// memory without its help), so no stall watch applies here: a failed
+/// origin is reported by the transport, and [`ORIGIN_LIMIT`] bounds the
+/// wait for one that hangs.
+fn serve_until_done(m: &mut Messenger, done: &Cell<u64>) -> Result<(), String> {
+    let start = Instant::now();
+    let mut polls = 0u32;
+    while done.get() == 0 {
+        m.progress().map_err(|e| e.to_string())?;
+        if let Some((peer, why)) = m.take_failures().into_iter().next() {
+            return Err(format!("rank {peer} failed: {why}"));
+        }
+        for (_, status) in m.take_completions() {
+            status.map_err(|e| e.to_string())?;
+        }
+        polls = polls.wrapping_add(1);
+        if polls % 1024 == 0 && start.elapsed() > ORIGIN_LIMIT {
+            return Err(format!(
+                "the origin did not finish within {} s",
+                ORIGIN_LIMIT.as_secs()
+            ));
+        }
+    }
     Ok(())
 }
 
