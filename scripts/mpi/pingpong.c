@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LARGEST (4 << 20)
-#define WINDOW 64
+#include "pattern.h"
+
 #define TAG_PING 1
 #define TAG_ACK 2
 
@@ -27,18 +27,19 @@ static const int sizes[] = {0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 
 
 static int quick;
 
-static int latency_iters(int n) {
-    int iters = n <= 8192 ? 20000 : n <= 65536 ? 5000 : n <= (1 << 20) ? 500 : 100;
+/* `--quick` cuts the counts as the fireopal bench's `--quick` does. */
+static int iters_at(int n) {
+    int iters = latency_iters(n);
     return quick ? (iters / 20 > 5 ? iters / 20 : 5) : iters;
 }
 
-static int bw_windows(int n) {
-    int windows = n <= 8192 ? 400 : n <= 65536 ? 100 : n <= (1 << 20) ? 20 : 8;
+static int windows_at(int n) {
+    int windows = bw_windows(n);
     return quick ? (windows / 10 > 2 ? windows / 10 : 2) : windows;
 }
 
 static double latency_us(int rank, char *buf, int n) {
-    int iters = latency_iters(n), warmup = iters / 10 > 2 ? iters / 10 : 2;
+    int iters = iters_at(n), warmup = iters / 10 > 2 ? iters / 10 : 2;
     double t0 = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     for (int i = 0; i < warmup + iters; i++) {
@@ -56,7 +57,7 @@ static double latency_us(int rank, char *buf, int n) {
 
 static double bandwidth_mbs(int rank, char *buf, int n) {
     MPI_Request reqs[WINDOW];
-    int windows = bw_windows(n);
+    int windows = windows_at(n);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int w = 0; w < windows; w++) {
@@ -98,13 +99,7 @@ int main(int argc, char **argv) {
         int n = sizes[s];
         double lat = latency_us(rank, buf, n);
         double bw = bandwidth_mbs(rank, buf, n);
-        if (rank != 0) continue;
-        if (n < 1024)
-            printf("%8d B %14.2f %16.1f\n", n, lat, bw);
-        else if (n < (1 << 20))
-            printf("%6d KiB %14.2f %16.1f\n", n >> 10, lat, bw);
-        else
-            printf("%6d MiB %14.2f %16.1f\n", n >> 20, lat, bw);
+        if (rank == 0) print_row(n, lat, bw);
     }
     MPI_Free_mem(buf);
     MPI_Finalize();

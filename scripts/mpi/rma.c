@@ -12,18 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LARGEST (4 << 20)
-#define WINDOW 64
+#include "pattern.h"
 
 static const int sizes[] = {8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20};
-
-static int latency_iters(int n) {
-    return n <= 8192 ? 20000 : n <= 65536 ? 5000 : n <= (1 << 20) ? 500 : 100;
-}
-
-static int bw_windows(int n) {
-    return n <= 8192 ? 400 : n <= 65536 ? 100 : n <= (1 << 20) ? 20 : 8;
-}
 
 static void op(int put, char *local, int n, MPI_Win win) {
     if (put)
@@ -69,12 +60,7 @@ int main(int argc, char **argv) {
                 MPI_Win_flush(1, win);
             }
             bw = (double)n * WINDOW * windows / (MPI_Wtime() - t0) / 1e6;
-            if (n < 1024)
-                printf("%8d B %14.2f %16.1f\n", n, lat, bw);
-            else if (n < (1 << 20))
-                printf("%6d KiB %14.2f %16.1f\n", n >> 10, lat, bw);
-            else
-                printf("%6d MiB %14.2f %16.1f\n", n >> 20, lat, bw);
+            print_row(n, lat, bw);
         }
         MPI_Win_unlock(1, win);
     }
