@@ -114,7 +114,14 @@ fn put_and_get_over_shm_tcp_and_self() {
 /// shm, whose target sees nothing of the operations that land in its
 /// memory, both benches finish. The time limit only guards against a
 /// hang: a busy machine stretches the run.
+///
+/// Its meaning needs a run longer than the stall limit, several minutes on
+/// a loaded machine, so it is left out of the default run; the transport's
+/// own count is checked by `serving_puts_and_gets_counts_as_work_at_the_target`
+/// in `plugins/btl-tcp/tests/rdma.rs`. Run it with
+/// `cargo test -p fireopal-tests --test bench -- --ignored full_length`.
 #[test]
+#[ignore = "longer than the bench's 30 s stall limit by design; run with --ignored"]
 fn full_length_put_and_get_finish_while_the_target_only_serves() {
     let tiny = [
         "--param",
