@@ -1,24 +1,25 @@
-//! [`Messenger`]: module setup, routes and the active-message API.
+//! [`Messenger`]: module setup, routes and the active-message API;
+//! registrations and one-sided operations (`rdma`), transfer buffers
+//! (`transfer`) and registered segments (`segments`) live in the
+//! submodules.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::os::fd::{AsRawFd, BorrowedFd};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RResult, RSlice};
 use fireopal_abi::btl::{
-    Access, BtlAttributes, BtlEventSink, BtlEventSink_TO, BtlFlags, BtlModuleBox, Completion,
-    MemRegion, PeerAddress, Rank, RdmaOp, Reachability, SendiOutcome,
+    BtlAttributes, BtlEventSink, BtlEventSink_TO, BtlModuleBox, Completion, PeerAddress, Rank,
+    Reachability, SendiOutcome,
 };
-use fireopal_abi::{ErrorKind, PluginError};
+use fireopal_abi::PluginError;
 use fireopal_core::am::{
     decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
 };
 use fireopal_core::id_hash::IdHash;
 
 use crate::bootstrap::Bootstrap;
-use crate::memheap::SymmetricHeap;
 use crate::plugin::Registry;
 
 /// Tags from here up belong to the framework.
@@ -712,8 +713,8 @@ impl Messenger {
     /// Drives every module once: delivers arrived messages to their
     /// handlers and collects completions. Returns how much work the
     /// modules did: events reported plus peers' remote operations served
-    /// (0 means nothing happened). A panic in a handler resumes here, after the
-    /// module's call returned.
+    /// (0 means nothing happened). A panic in a handler resumes here,
+    /// after the module's call returned.
     pub fn progress(&mut self) -> Result<usize, ProgressError> {
         self.polls = self.polls.wrapping_add(1);
         let mut events = 0;
@@ -887,375 +888,10 @@ impl BtlEventSink for Sink<'_> {
     }
 }
 
-/// A memory registration made through [`Messenger::register_memory`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryHandle {
-    module: usize,
-    id: u64,
-    /// Packed key a peer passes to [`Messenger::put`] / [`Messenger::get`].
-    pub remote_key: Vec<u8>,
-}
+mod rdma;
+mod segments;
+mod transfer;
 
-impl Messenger {
-    /// Sends only if the module can do it immediately and completely
-    /// (`sendi`); `Ok(false)` means nothing was sent, for instance because
-    /// earlier sends to `peer` are still queued.
-    pub fn try_send_immediate(
-        &mut self,
-        peer: Rank,
-        tag: u8,
-        header: &[u8],
-        payload: &[u8],
-    ) -> Result<bool, SendError> {
-        let i = self.user_route(peer, tag)?;
-        self.sendi_on(i, peer, tag, header, payload)
-    }
-
-    /// Registers memory with the module that serves `peer`, for RDMA by
-    /// that peer (or to that peer). `Unsupported` is a normal answer.
-    pub fn register_memory(
-        &mut self,
-        peer: Rank,
-        region: MemRegion,
-        access: Access,
-    ) -> Result<MemoryHandle, SendError> {
-        let i = self.module_for(peer)?;
-        let reg = self.call_module(i, |module| module.register_mem(region, access))?;
-        Ok(MemoryHandle {
-            module: i,
-            id: reg.id,
-            remote_key: reg.remote_key.into_vec(),
-        })
-    }
-
-    /// Releases a registration; operations using it must be complete.
-    pub fn deregister_memory(&mut self, handle: MemoryHandle) -> Result<(), SendError> {
-        self.call_module(handle.module, |module| module.deregister_mem(handle.id))
-    }
-
-    /// Writes `local` into `peer`'s memory at `remote_addr`, inside the
-    /// registration `remote_key` names.
-    pub fn put(
-        &mut self,
-        peer: Rank,
-        local: MemRegion,
-        local_handle: Option<&MemoryHandle>,
-        remote_addr: u64,
-        remote_key: &[u8],
-    ) -> Result<SendTicket, SendError> {
-        self.rdma(true, peer, local, local_handle, remote_addr, remote_key)
-    }
-
-    /// Reads `peer`'s memory at `remote_addr` into `local`.
-    pub fn get(
-        &mut self,
-        peer: Rank,
-        local: MemRegion,
-        local_handle: Option<&MemoryHandle>,
-        remote_addr: u64,
-        remote_key: &[u8],
-    ) -> Result<SendTicket, SendError> {
-        self.rdma(false, peer, local, local_handle, remote_addr, remote_key)
-    }
-
-    fn rdma(
-        &mut self,
-        write: bool,
-        peer: Rank,
-        local: MemRegion,
-        local_handle: Option<&MemoryHandle>,
-        remote_addr: u64,
-        remote_key: &[u8],
-    ) -> Result<SendTicket, SendError> {
-        let i = self.module_for(peer)?;
-        self.start_tracked(i, |module, cookie| {
-            let op = RdmaOp {
-                peer,
-                local,
-                local_registration: local_handle.map_or(u64::MAX, |h| h.id),
-                remote_addr,
-                remote_key: RSlice::from_slice(remote_key),
-                cookie,
-            };
-            if write {
-                module.put(op)
-            } else {
-                module.get(op)
-            }
-        })
-    }
-}
-
-/// Memory from a transport that peers read with a single copy (see
-/// [`Messenger::alloc_transfer_buffer`]). Valid until freed through the
-/// messenger that made it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct TransferBufferHandle {
-    module: usize,
-    id: u64,
-    region: MemRegion,
-}
-
-impl TransferBufferHandle {
-    /// Bytes of the buffer.
-    pub fn len(&self) -> usize {
-        self.region.len()
-    }
-
-    /// Whether it is empty (never: buffers have at least one page).
-    pub fn is_empty(&self) -> bool {
-        self.region.is_empty()
-    }
-}
-
-impl Messenger {
-    /// A buffer of at least `len` bytes that the module serving `peer`
-    /// lets peers read with one copy (shared memory: a memfd segment the
-    /// peer maps once). `Unsupported` when the module has none.
-    pub fn alloc_transfer_buffer(
-        &mut self,
-        peer: Rank,
-        len: usize,
-    ) -> Result<TransferBufferHandle, SendError> {
-        let i = self.module_for(peer)?;
-        let b = self.call_module(i, |module| module.alloc_transfer_buffer(len))?;
-        if b.region.len() < len {
-            return Err(SendError::Module(PluginError::invalid(
-                "transport returned a transfer buffer shorter than asked",
-            )));
-        }
-        self.live_buffers.push((i, b.id));
-        Ok(TransferBufferHandle {
-            module: i,
-            id: b.id,
-            region: b.region,
-        })
-    }
-
-    /// Frees a transfer buffer; sends from it must be complete.
-    pub fn free_transfer_buffer(&mut self, buffer: TransferBufferHandle) -> Result<(), SendError> {
-        self.live_buffers
-            .retain(|&(m, id)| (m, id) != (buffer.module, buffer.id));
-        self.call_module(buffer.module, |module| {
-            module.free_transfer_buffer(buffer.id)
-        })
-    }
-
-    fn check_buffer(&self, buffer: &TransferBufferHandle, end: usize) -> Result<(), SendError> {
-        if !self.live_buffers.contains(&(buffer.module, buffer.id)) {
-            return Err(SendError::Module(PluginError::invalid(
-                "transfer buffer is not live in this messenger",
-            )));
-        }
-        if end > buffer.region.len() {
-            return Err(SendError::Module(PluginError::invalid(
-                "range is past the end of the transfer buffer",
-            )));
-        }
-        Ok(())
-    }
-
-    /// Copies `data` into `buffer` at `offset`. Writing bytes a pending
-    /// send reads changes what the peer receives.
-    #[allow(unsafe_code)]
-    pub fn write_transfer_buffer(
-        &mut self,
-        buffer: &TransferBufferHandle,
-        offset: usize,
-        data: &[u8],
-    ) -> Result<(), SendError> {
-        let end = offset.saturating_add(data.len());
-        self.check_buffer(buffer, end)?;
-        // SAFETY: the buffer is live (its module keeps it mapped until it
-        // is freed through this messenger, checked above) and
-        // `offset..end` lies inside it; `data` is ordinary memory of ours,
-        // so the ranges do not overlap.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(buffer.region.as_ptr().add(offset), data.len())
-        };
-        fireopal_core::copy::copy_bytes(dst, data);
-        Ok(())
-    }
-
-    /// Sends the first `len` bytes of `buffer` to `peer`, read where they
-    /// are (single copy). The buffer must not be freed before the send
-    /// completes. Falls back to an ordinary send for messages the module
-    /// sends eagerly anyway.
-    #[allow(unsafe_code)]
-    pub fn send_from_transfer_buffer(
-        &mut self,
-        peer: Rank,
-        tag: u8,
-        header: &[u8],
-        buffer: &TransferBufferHandle,
-        len: usize,
-    ) -> Result<SendTicket, SendError> {
-        self.check_buffer(buffer, len)?;
-        let i = self.user_route(peer, tag)?;
-        if i != buffer.module {
-            return Err(SendError::Module(PluginError::invalid(
-                "transfer buffer belongs to another transport than the peer's",
-            )));
-        }
-        // SAFETY: a sub-range of a live transfer buffer, which its module
-        // keeps mapped until freed; the caller keeps it unfreed until the
-        // send completes.
-        let region = unsafe { MemRegion::new(buffer.region.as_ptr(), len) };
-        self.send_in_place_on(i, peer, tag, header, region)
-    }
-
-    /// `send_in_place` on module `i`, tracking the completion.
-    fn send_in_place_on(
-        &mut self,
-        i: usize,
-        peer: Rank,
-        tag: u8,
-        header: &[u8],
-        payload: MemRegion,
-    ) -> Result<SendTicket, SendError> {
-        let header = RSlice::from_slice(header);
-        self.start_tracked(i, |module, cookie| {
-            module.send_in_place(peer, tag, header, payload, cookie)
-        })
-    }
-}
-
-/// Memory of this process in a memory file, registered with every
-/// transport that lets peers read such memory with one copy (see
-/// [`Messenger::register_segment`]).
-#[derive(Debug, PartialEq, Eq)]
-#[must_use = "unregister the segment before its memory goes away"]
-pub struct SegmentHandle {
-    /// (module, the module's segment id) for each module that took it.
-    parts: Vec<(usize, u64)>,
-    region: MemRegion,
-}
-
-impl SegmentHandle {
-    /// How many transport modules took the segment (0 when none offers
-    /// [`BtlFlags::MAPPED_SEGMENTS`], e.g. a job with only tcp).
-    pub fn modules(&self) -> usize {
-        self.parts.len()
-    }
-
-    /// The registered memory.
-    pub fn region(&self) -> MemRegion {
-        self.region
-    }
-}
-
-impl Messenger {
-    /// Registers memory that this process has in a memory file (mapped
-    /// shared from offset 0 at `region`) with every module offering
-    /// [`BtlFlags::MAPPED_SEGMENTS`]. From then on payloads sent with
-    /// [`send_in_place`](Self::send_in_place), and memory registered with
-    /// [`register_memory`](Self::register_memory), inside the region are
-    /// read by node-local peers through one cached mapping of the file:
-    /// one copy, no staging. A module that declines (`Unsupported`, e.g.
-    /// single copy turned off by a parameter) is skipped; any other refusal
-    /// undoes the registrations already made and is returned.
-    ///
-    /// The region must stay mapped until
-    /// [`unregister_segment`](Self::unregister_segment). The shared-memory
-    /// transport requires the file to be whole pages and sealed against
-    /// resizing, as the symmetric heap's is
-    /// ([`register_symmetric_heap`](Self::register_symmetric_heap)).
-    pub fn register_segment(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        region: MemRegion,
-    ) -> Result<SegmentHandle, SendError> {
-        let mut parts = Vec::new();
-        for i in 0..self.slots.len() {
-            let slot = &mut self.slots[i];
-            if !slot.attrs.flags.contains(BtlFlags::MAPPED_SEGMENTS) {
-                continue;
-            }
-            match slot
-                .module
-                .register_segment(fd.as_raw_fd(), region)
-                .into_result()
-            {
-                Ok(id) => parts.push((i, id)),
-                Err(e) if e.kind == ErrorKind::UNSUPPORTED => {}
-                Err(e) => {
-                    for (m, id) in parts {
-                        // Undoing a registration just made; a failure here
-                        // leaves nothing the caller could act on.
-                        let _ = self.slots[m].module.unregister_segment(id);
-                    }
-                    return Err(SendError::Module(e));
-                }
-            }
-        }
-        Ok(SegmentHandle { parts, region })
-    }
-
-    /// Registers the symmetric heap's segment (see
-    /// [`register_segment`](Self::register_segment)), so that sends and
-    /// RDMA from symmetric objects are single copy between node-local
-    /// ranks. Unregister it before the heap is dropped.
-    #[allow(unsafe_code)]
-    pub fn register_symmetric_heap(
-        &mut self,
-        heap: &SymmetricHeap,
-    ) -> Result<SegmentHandle, SendError> {
-        let len = usize::try_from(heap.len()).unwrap_or(usize::MAX);
-        if len == 0 {
-            return Err(SendError::Module(PluginError::invalid(
-                "the symmetric heap is empty",
-            )));
-        }
-        // SAFETY: the heap's mapping is `len` bytes at `base`; the caller
-        // keeps the heap until it unregisters, as documented above.
-        let region = unsafe { MemRegion::new(heap.base(), len) };
-        self.register_segment(heap.fd(), region)
-    }
-
-    /// Unregisters a segment; sends from it must be complete. Every module
-    /// that took it tells its peers to drop their mappings. The first
-    /// module error is returned after all modules were asked.
-    pub fn unregister_segment(&mut self, handle: SegmentHandle) -> Result<(), SendError> {
-        let mut result = Ok(());
-        for (m, id) in handle.parts {
-            let Some(slot) = self.slots.get_mut(m) else {
-                continue;
-            };
-            slot.active = true;
-            if let Err(e) = slot.module.unregister_segment(id).into_result() {
-                result = result.and(Err(SendError::Module(e)));
-            }
-        }
-        result
-    }
-
-    /// Sends an active message whose payload the transport may read where
-    /// it is, after this returns: from a registered segment or a transfer
-    /// buffer the peer copies it once through a mapping; otherwise the
-    /// module reads it as it can (process_vm_readv, or a staging copy).
-    /// Modules without [`BtlFlags::SEND_IN_PLACE`] send it like
-    /// [`send`](Self::send). `MemRegion::new`'s contract applies: the bytes
-    /// stay valid and unchanged until the ticket completes.
-    #[allow(unsafe_code)]
-    pub fn send_in_place(
-        &mut self,
-        peer: Rank,
-        tag: u8,
-        header: &[u8],
-        payload: MemRegion,
-    ) -> Result<SendTicket, SendError> {
-        let i = self.user_route(peer, tag)?;
-        let attrs = self.slots[i].attrs;
-        let total = header.len() as u64 + payload.len() as u64;
-        if !attrs.flags.contains(BtlFlags::SEND_IN_PLACE)
-            || total > attrs.max_send_size
-            || header.len() > attrs.max_header_size as usize
-        {
-            // SAFETY: valid for reads until the send completes, by the
-            // region's contract; `send` is done with it when it returns.
-            let bytes = unsafe { std::slice::from_raw_parts(payload.as_ptr(), payload.len()) };
-            return self.send(peer, tag, header, bytes);
-        }
-        self.send_in_place_on(i, peer, tag, header, payload)
-    }
-}
+pub use rdma::MemoryHandle;
+pub use segments::SegmentHandle;
+pub use transfer::TransferBufferHandle;
