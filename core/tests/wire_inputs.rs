@@ -126,6 +126,7 @@ proptest! {
     fn tcp_frame_headers(edits in edits(4), raw in bytes_near(16)) {
         let seeds = [
             FrameHeader::active(7, 12, 4096).encode(),
+            FrameHeader::active(7, 12, 4096).with_pad(20).encode(),
             FrameHeader::rdma(FrameKind::Put, 1 << 16).encode(),
             FrameHeader::rdma(FrameKind::GetResponse, 0).encode(),
         ];
@@ -143,7 +144,7 @@ proptest! {
         let key = RemoteKey { id: 5, secret: 0x1234_5678_9abc_def0 };
         let put = PutHeader { op_id: 1, remote_addr: 0x1000, key }.encode();
         let ack = PutAck { op_id: 1, status: RdmaStatus::AccessDenied }.encode();
-        let get = GetRequest { op_id: 2, remote_addr: 0x2000, key, length: 64 }.encode();
+        let get = GetRequest { op_id: 2, remote_addr: 0x2000, key, length: 64, reply_addr: 0x3010 }.encode();
         let resp = GetResponse { op_id: 2, status: RdmaStatus::Ok, offset: 8 }.encode();
         prop_assert!(PutHeader::parse(&put).is_ok() && PutAck::parse(&ack).is_ok());
         prop_assert!(GetRequest::parse(&get).is_ok() && GetResponse::parse(&resp).is_ok());

@@ -1,14 +1,21 @@
 //! The TCP frame: a fixed 16-byte header, then a kind-specific header
-//! (the active message's header, or an RDMA sub-header), then the payload.
+//! (the active message's header, or an RDMA sub-header), then `pad` zero
+//! bytes, then the payload.
 //!
 //! ```text
 //! offset  size  field
 //!      0     1  kind         (FrameKind)
 //!      1     1  tag          (active-message tag; 0 for other kinds)
-//!      2     2  header_len   (bytes after the fixed header, before the payload)
-//!      4     4  marker       b"fotf", catches a stream out of step
+//!      2     2  header_len   (bytes after the fixed header, before the padding)
+//!      4     3  marker       b"fot", catches a stream out of step
+//!      7     1  pad          (zero bytes before the payload, below PAYLOAD_ALIGN)
 //!      8     8  payload_len
 //! ```
+//!
+//! The padding lets a sender choose where a large payload falls relative
+//! to a 64-byte boundary of what it writes: the kernel copies it with
+//! `rep movsb`, which on some processors is several times slower when
+//! source and destination are misaligned to each other by a few words.
 //!
 //! [`FrameHeader::parse`] checks every field against [`FrameLimits`] before
 //! the receiver sizes a buffer or reads a payload: an unknown kind, a
@@ -26,7 +33,9 @@ use super::{Fields, Reader, Writer};
 /// Length of the fixed frame header.
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Marker in every frame header.
-pub const FRAME_MARKER: [u8; 4] = *b"fotf";
+pub const FRAME_MARKER: [u8; 3] = *b"fot";
+/// Padding before a payload is shorter than this.
+pub const PAYLOAD_ALIGN: usize = 64;
 
 code_enum! {
     /// What a frame carries.
@@ -83,7 +92,9 @@ pub struct FrameHeader {
     pub tag: u8,
     /// Bytes of the kind-specific header that follows.
     pub header_len: u16,
-    /// Bytes of payload after that header.
+    /// Zero bytes between that header and the payload.
+    pub pad: u8,
+    /// Bytes of payload after the padding.
     pub payload_len: u64,
 }
 
@@ -135,6 +146,13 @@ pub enum FrameError {
         /// Length announced.
         len: u64,
     },
+    /// Padding of [`PAYLOAD_ALIGN`] bytes or more, or before no payload.
+    BadPadding {
+        /// The frame's kind.
+        kind: FrameKind,
+        /// Padding announced.
+        pad: u8,
+    },
 }
 
 impl fmt::Display for FrameError {
@@ -164,6 +182,9 @@ impl fmt::Display for FrameError {
             Self::UnexpectedPayload { kind, len } => {
                 write!(f, "{kind:?} frame with a {len}-byte payload")
             }
+            Self::BadPadding { kind, pad } => {
+                write!(f, "{kind:?} frame with {pad} bytes of padding")
+            }
         }
     }
 }
@@ -177,6 +198,7 @@ impl FrameHeader {
             kind: FrameKind::Active,
             tag,
             header_len,
+            pad: 0,
             payload_len,
         }
     }
@@ -191,8 +213,21 @@ impl FrameHeader {
             kind,
             tag: 0,
             header_len,
+            pad: 0,
             payload_len,
         }
+    }
+
+    /// The same header with `pad` bytes of padding before the payload
+    /// (below [`PAYLOAD_ALIGN`]; only on kinds that carry a payload).
+    pub const fn with_pad(mut self, pad: u8) -> Self {
+        self.pad = pad;
+        self
+    }
+
+    /// Offset of the payload from the start of the frame.
+    pub fn payload_offset(&self) -> usize {
+        FRAME_HEADER_LEN + usize::from(self.header_len) + usize::from(self.pad)
     }
 
     /// The wire form.
@@ -203,6 +238,7 @@ impl FrameHeader {
         w.u8(self.tag);
         w.u16(self.header_len);
         w.bytes(&FRAME_MARKER);
+        w.u8(self.pad);
         w.u64(self.payload_len);
         out
     }
@@ -217,7 +253,8 @@ impl FrameHeader {
         let code = f.u8()?;
         let tag = f.u8()?;
         let header_len = f.u16()?;
-        let marker: [u8; 4] = f.array()?;
+        let marker: [u8; 3] = f.array()?;
+        let pad = f.u8()?;
         let payload_len = f.u64()?;
         if marker != FRAME_MARKER {
             return Err(FrameError::BadMarker);
@@ -255,10 +292,14 @@ impl FrameHeader {
                 max: limits.max_payload_len,
             });
         }
+        if usize::from(pad) >= PAYLOAD_ALIGN || (pad != 0 && payload_len == 0) {
+            return Err(FrameError::BadPadding { kind, pad });
+        }
         Ok(Self {
             kind,
             tag,
             header_len,
+            pad,
             payload_len,
         })
     }
@@ -268,6 +309,7 @@ impl FrameHeader {
     pub fn frame_len(&self) -> u64 {
         (FRAME_HEADER_LEN as u64)
             .saturating_add(u64::from(self.header_len))
+            .saturating_add(u64::from(self.pad))
             .saturating_add(self.payload_len)
     }
 }
@@ -531,6 +573,10 @@ rdma_sub_header! {
         pub key: RemoteKey,
         /// Bytes to read.
         pub length: u64,
+        /// Where the initiator stores the answer, in its own address
+        /// space: the target only uses its alignment, to place the
+        /// answers' payloads (see [`FrameHeader::pad`]).
+        pub reply_addr: u64,
     }
 }
 
@@ -561,7 +607,8 @@ mod tests {
     fn active_header_round_trips() {
         let h = FrameHeader::active(7, 12, 4096);
         let bytes = h.encode();
-        assert_eq!(&bytes[4..8], b"fotf");
+        assert_eq!(&bytes[4..7], b"fot");
+        assert_eq!(bytes[7], 0);
         assert_eq!(FrameHeader::parse(&bytes, &LIMITS), Ok(h));
         assert_eq!(h.frame_len(), 16 + 12 + 4096);
     }
@@ -645,9 +692,34 @@ mod tests {
             kind: FrameKind::Active,
             tag: 0,
             header_len: u16::MAX,
+            pad: 63,
             payload_len: u64::MAX,
         };
         assert_eq!(h.frame_len(), u64::MAX);
+    }
+
+    #[test]
+    fn padding_is_below_the_alignment_and_only_before_a_payload() {
+        let h = FrameHeader::active(2, 10, 100).with_pad(63);
+        assert_eq!(FrameHeader::parse(&h.encode(), &LIMITS), Ok(h));
+        assert_eq!(h.payload_offset(), FRAME_HEADER_LEN + 10 + 63);
+        assert_eq!(h.frame_len(), (FRAME_HEADER_LEN + 10 + 63 + 100) as u64);
+        let wide = FrameHeader::active(2, 10, 100).with_pad(64);
+        assert_eq!(
+            FrameHeader::parse(&wide.encode(), &LIMITS),
+            Err(FrameError::BadPadding {
+                kind: FrameKind::Active,
+                pad: 64
+            })
+        );
+        let empty = FrameHeader::rdma(FrameKind::GetRequest, 0).with_pad(8);
+        assert_eq!(
+            FrameHeader::parse(&empty.encode(), &LIMITS),
+            Err(FrameError::BadPadding {
+                kind: FrameKind::GetRequest,
+                pad: 8
+            })
+        );
     }
 
     #[test]
@@ -732,6 +804,7 @@ mod tests {
             remote_addr: 0x2000,
             key,
             length: 99,
+            reply_addr: 0x7000_0010,
         };
         assert_eq!(GetRequest::parse(&get.encode()), Ok(get));
         let resp = GetResponse {
@@ -770,10 +843,11 @@ mod tests {
             remote_addr: addr,
             key,
             length: 4096,
+            reply_addr: addr + 16,
         };
         assert_eq!(
             get.encode()[..],
-            le(&[op, addr, key.id, key.secret, 4096])[..]
+            le(&[op, addr, key.id, key.secret, 4096, addr + 16])[..]
         );
         let resp = GetResponse {
             op_id: op,
@@ -788,7 +862,7 @@ mod tests {
                 GetRequest::LEN,
                 GetResponse::LEN
             ],
-            [32, 16, 40, 24]
+            [32, 16, 48, 24]
         );
     }
 

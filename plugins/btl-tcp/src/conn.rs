@@ -8,6 +8,7 @@ use fireopal_abi::btl::{MemRegion, Rank};
 use fireopal_core::wire::frame::{FrameHeader, RdmaStatus};
 use fireopal_core::wire::handshake::{Hello, Transcript, NONCE_LEN};
 
+use crate::align::AlignedBuf;
 use crate::sys::Socket;
 
 /// Where a connection is in its life.
@@ -84,23 +85,23 @@ impl Large {
 #[derive(Debug)]
 pub(crate) struct Rx {
     /// Bytes read ahead; `stage[start..end]` is not parsed yet.
-    pub(crate) stage: Vec<u8>,
+    pub(crate) stage: AlignedBuf,
     pub(crate) start: usize,
     pub(crate) end: usize,
     pub(crate) large: Option<Large>,
     /// Buffer of the large active message being read (from the module's
     /// pool, returned after delivery).
-    pub(crate) big: Vec<u8>,
+    pub(crate) big: AlignedBuf,
 }
 
 impl Rx {
     pub(crate) fn new(staging: usize) -> Self {
         Self {
-            stage: vec![0; staging],
+            stage: AlignedBuf::zeroed(staging),
             start: 0,
             end: 0,
             large: None,
-            big: Vec::new(),
+            big: AlignedBuf::default(),
         }
     }
 }

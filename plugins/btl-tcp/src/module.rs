@@ -54,8 +54,10 @@ use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::wire::address::{parse_addresses, AddressEntry};
 use fireopal_core::wire::frame::{
     FrameHeader, FrameKind, FrameLimits, GetRequest, PutHeader, RemoteKey, FRAME_HEADER_LEN,
+    PAYLOAD_ALIGN,
 };
 
+use crate::align::{payload_pad, piece_limit};
 use crate::config::{Settings, MAX_HEADER};
 use crate::conn::{ConnId, Dest, Finish, Phase, Slab};
 use crate::queue::{Done, OutItem, RegionPart, SendQueue};
@@ -127,6 +129,9 @@ pub(crate) enum Notice {
     PeerFailed(Rank, PluginError),
 }
 
+/// Padding bytes, sliced to a frame's `pad`.
+pub(crate) const ZEROS: [u8; PAYLOAD_ALIGN] = [0; PAYLOAD_ALIGN];
+
 /// Most `progress` calls in a row that read the hot connection without
 /// asking epoll.
 const MAX_EPOLL_SKIPS: u32 = 16;
@@ -175,7 +180,7 @@ pub struct TcpModule {
     /// When connections' acknowledgements are next looked at.
     next_ack_check: Instant,
     /// Spare buffers for large active messages.
-    pub(crate) big_pool: Vec<Vec<u8>>,
+    pub(crate) big_pool: Vec<crate::align::AlignedBuf>,
     /// `progress` calls so far.
     pub(crate) calls: u32,
     /// The connection that delivered last: read first, before asking
@@ -382,11 +387,23 @@ impl TcpModule {
     /// be written `when` says. Once the connection check passed the item
     /// is always queued, so an error here means the item was not taken.
     fn enqueue(&mut self, rank: Rank, item: OutItem, when: WriteWhen) -> Result<(), PluginError> {
+        self.enqueue_rest(rank, item, 0, when)
+    }
+
+    /// [`Self::enqueue`] for what is left of a frame whose first `written`
+    /// bytes were written directly.
+    fn enqueue_rest(
+        &mut self,
+        rank: Rank,
+        item: OutItem,
+        written: usize,
+        when: WriteWhen,
+    ) -> Result<(), PluginError> {
         self.ensure_connection(rank)?;
         let Some(peer) = self.peers.get_mut(&rank) else {
             return Err(self.unknown_peer(rank));
         };
-        peer.queue.push(item);
+        peer.queue.push_rest(item, written);
         if let PeerState::Established(id) = peer.state {
             match when {
                 WriteWhen::Now => self.flush(rank),
@@ -440,7 +457,8 @@ impl TcpModule {
         let notices = &mut self.notices;
         let mut failure = None;
         while !peer.queue.is_empty() {
-            let mut g = Gather::<MAX_IOV>::with_limit(self.settings.write_chunk);
+            let limit = piece_limit(peer.queue.front_position(), self.settings.write_chunk);
+            let mut g = Gather::<MAX_IOV>::with_limit(limit);
             peer.queue.gather(&mut g);
             let total = g.total();
             match conn.sock.send_gather(&g) {
@@ -524,6 +542,12 @@ impl TcpModule {
                 }
             }
         }
+    }
+
+    /// Where a frame queued to `rank` now would start in its burst of
+    /// writes (see [`crate::align`]).
+    pub(crate) fn next_position(&self, rank: Rank) -> usize {
+        self.peers.get(&rank).map_or(0, |p| p.queue.next_position())
     }
 
     /// Reports the events found outside of `sink`'s reach.
@@ -716,8 +740,9 @@ fn gather_from<'a, const N: usize>(g: &mut Gather<'a, N>, parts: &[&'a [u8]], mu
 }
 
 /// Writes `parts` to `sock` from byte `written` on, in pieces of at most
-/// `chunk` bytes (0: one piece), until all is written or the socket takes
-/// less than a piece; returns the new `written`.
+/// `chunk` bytes (0: one piece) that end on 64-byte boundaries (see
+/// [`crate::align`]), until all is written or the socket takes less than
+/// a piece; returns the new `written`.
 ///
 /// Pieces keep each `sendmsg` at or under one loopback segment: a single
 /// `sendmsg` a little over it (a 64 KiB message and its frame header) is
@@ -725,13 +750,13 @@ fn gather_from<'a, const N: usize>(g: &mut Gather<'a, N>, parts: &[&'a [u8]], mu
 /// moved 64 KiB messages at a third of the bandwidth of pieces.
 fn write_pieces(
     sock: &Socket,
-    parts: &[&[u8]; 3],
+    parts: &[&[u8]; 4],
     mut written: usize,
     chunk: usize,
 ) -> io::Result<usize> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     while written < total {
-        let mut g = Gather::<3>::with_limit(chunk);
+        let mut g = Gather::<4>::with_limit(piece_limit(written, chunk));
         gather_from(&mut g, parts, written);
         let want = g.total();
         let n = sock.send_gather(&g)?;
@@ -850,9 +875,18 @@ impl Transport for TcpModule {
         let Some(conn) = self.conns.get(id) else {
             return Ok(SendiOutcome::Busy);
         };
-        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64).encode();
-        let parts: [&[u8]; 3] = [&frame, header, payload];
-        let total = FRAME_HEADER_LEN + header.len() + payload.len();
+        // Nothing is queued, so this frame starts a write.
+        let pad = payload_pad(
+            FRAME_HEADER_LEN + header.len(),
+            payload.len(),
+            payload.as_ptr() as usize,
+            0,
+        );
+        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64)
+            .with_pad(pad)
+            .encode();
+        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..usize::from(pad)], payload];
+        let total: usize = parts.iter().map(|p| p.len()).sum();
         match write_pieces(&conn.sock, &parts, 0, self.settings.write_chunk) {
             Ok(0) => Ok(SendiOutcome::Busy),
             Ok(n) if n == total => Ok(SendiOutcome::Sent),
@@ -860,9 +894,10 @@ impl Transport for TcpModule {
                 // The socket took part of it: keep the rest (see the
                 // module docs); the peer now has queued bytes.
                 let rest = remainder(&parts, n);
-                self.enqueue(
+                self.enqueue_rest(
                     rank,
                     OutItem::owned(rest, Done::Nothing),
+                    n,
                     WriteWhen::Writable,
                 )?;
                 Ok(SendiOutcome::Sent)
@@ -908,9 +943,17 @@ impl Transport for TcpModule {
         if let PeerState::Failed(e) = &peer.state {
             return Err(e.clone());
         }
-        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64).encode();
-        let parts: [&[u8]; 3] = [&frame, header, payload];
-        let total = FRAME_HEADER_LEN + size;
+        let pad = payload_pad(
+            peer.queue.next_position() + FRAME_HEADER_LEN + header.len(),
+            payload.len(),
+            payload.as_ptr() as usize,
+            0,
+        );
+        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64)
+            .with_pad(pad)
+            .encode();
+        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..usize::from(pad)], payload];
+        let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut written = 0;
         if let PeerState::Established(id) = peer.state {
             if peer.queue.is_empty() {
@@ -926,9 +969,10 @@ impl Transport for TcpModule {
             }
         }
         let rest = remainder(&parts, written);
-        self.enqueue(
+        self.enqueue_rest(
             rank,
             OutItem::owned(rest, Done::Send(cookie)),
+            written,
             WriteWhen::Writable,
         )?;
         Ok(Completion::Pending)
@@ -963,10 +1007,19 @@ impl Transport for TcpModule {
         for i in 0..chunks {
             let offset = i * chunk;
             let clen = chunk.min(len - offset);
-            let frame = FrameHeader::rdma(FrameKind::Put, clen as u64).encode();
+            let remote_addr = op.remote_addr + offset as u64;
+            let pad = payload_pad(
+                self.next_position(op.peer) + FRAME_HEADER_LEN + PutHeader::LEN,
+                clen,
+                op.local.as_ptr() as usize + offset,
+                remote_addr as usize,
+            );
+            let frame = FrameHeader::rdma(FrameKind::Put, clen as u64)
+                .with_pad(pad)
+                .encode();
             let put = PutHeader {
                 op_id,
-                remote_addr: op.remote_addr + offset as u64,
+                remote_addr,
                 key,
             }
             .encode();
@@ -976,7 +1029,11 @@ impl Transport for TcpModule {
                 len: clen,
                 registration: None,
             };
-            let item = OutItem::frame(&[&frame, &put], Some(part), Done::Nothing);
+            let item = OutItem::frame(
+                &[&frame, &put, &ZEROS[..usize::from(pad)]],
+                Some(part),
+                Done::Nothing,
+            );
             // Every chunk but the last only queues: the last one's write
             // takes them all.
             let when = if i + 1 == chunks {
@@ -1010,6 +1067,7 @@ impl Transport for TcpModule {
             remote_addr: op.remote_addr,
             key,
             length: op.local.len() as u64,
+            reply_addr: op.local.as_ptr() as u64,
         }
         .encode();
         // Cannot fail after `rdma_checks`; a failure while writing

@@ -16,6 +16,8 @@ use std::io;
 use fireopal_abi::btl::MemRegion;
 
 use crate::sys::{copy_from_region, Gather, MAX_IOV};
+#[cfg(doc)]
+use fireopal_core::wire::frame::PAYLOAD_ALIGN;
 
 /// A borrowed range of host memory at the end of an item.
 #[derive(Debug, Clone, Copy)]
@@ -37,17 +39,17 @@ pub(crate) enum Done {
     Send(u64),
 }
 
-/// Longest owned part kept inside an item: a frame header and the
-/// largest RDMA sub-header fit.
-const INLINE: usize = 64;
+/// Longest owned part kept inside an item: a frame header, the largest
+/// RDMA sub-header and the padding before a payload fit.
+const INLINE: usize = 128;
 
 // Longer headers would still be queued, through the heap.
 const _: () = {
-    use fireopal_core::wire::frame::FRAME_HEADER_LEN as F;
     use fireopal_core::wire::frame::{GetRequest, GetResponse, PutAck, PutHeader};
-    assert!(F + PutHeader::LEN <= INLINE);
+    use fireopal_core::wire::frame::{FRAME_HEADER_LEN as F, PAYLOAD_ALIGN as P};
+    assert!(F + PutHeader::LEN + P - 1 <= INLINE);
     assert!(F + GetRequest::LEN <= INLINE);
-    assert!(F + GetResponse::LEN <= INLINE);
+    assert!(F + GetResponse::LEN + P - 1 <= INLINE);
     assert!(F + PutAck::LEN <= INLINE);
 };
 
@@ -163,6 +165,9 @@ impl OutItem {
 pub(crate) struct SendQueue {
     items: VecDeque<OutItem>,
     bytes: usize,
+    /// Where the queue's last byte falls in the write it belongs to,
+    /// counted from the first frame queued behind an empty queue.
+    burst: usize,
 }
 
 impl SendQueue {
@@ -178,8 +183,35 @@ impl SendQueue {
 
     /// Appends an item.
     pub(crate) fn push(&mut self, item: OutItem) {
+        self.push_rest(item, 0);
+    }
+
+    /// Appends what is left of a frame whose first `written` bytes were
+    /// written directly, so those still count in [`Self::next_position`].
+    pub(crate) fn push_rest(&mut self, item: OutItem, written: usize) {
+        if self.items.is_empty() {
+            self.burst = written;
+        }
+        self.burst = self.burst.wrapping_add(item.remaining());
         self.bytes += item.remaining();
         self.items.push_back(item);
+    }
+
+    /// Where a frame queued now would start, counted from the start of
+    /// the burst of writes it joins: 0 when nothing waits, so it begins a
+    /// write of its own. Only its value modulo [`PAYLOAD_ALIGN`] is used
+    /// (see [`crate::align`]).
+    pub(crate) fn next_position(&self) -> usize {
+        if self.items.is_empty() {
+            0
+        } else {
+            self.burst
+        }
+    }
+
+    /// Where the first unsent byte falls in its burst.
+    pub(crate) fn front_position(&self) -> usize {
+        self.next_position().wrapping_sub(self.bytes)
     }
 
     /// Gathers the front of the queue for one `sendmsg`.

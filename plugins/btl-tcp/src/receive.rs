@@ -20,8 +20,9 @@ use fireopal_core::wire::frame::{
     FRAME_HEADER_LEN,
 };
 
+use crate::align::{payload_pad, AlignedBuf};
 use crate::conn::{ConnId, Dest, Finish, Large, Rx};
-use crate::module::TcpModule;
+use crate::module::{TcpModule, ZEROS};
 use crate::queue::{Done, OutItem, RegionPart};
 use crate::rdma::{status_error, OpKind};
 use crate::sys::{copy_to_region, Recv, Socket};
@@ -215,10 +216,11 @@ impl TcpModule {
         let payload_len =
             usize::try_from(header.payload_len).map_err(|_| malformed(rank, "length"))?;
         let head_end = FRAME_HEADER_LEN + head_len;
-        let frame_len = head_end + payload_len;
+        let payload_start = header.payload_offset();
+        let frame_len = payload_start + payload_len;
         if let (Some(head), Some(payload)) = (
             avail.get(FRAME_HEADER_LEN..head_end),
-            avail.get(head_end..frame_len),
+            avail.get(payload_start..frame_len),
         ) {
             let n = self.dispatch(rank, &header, head, payload, sink)?;
             rx.start += frame_len;
@@ -227,11 +229,14 @@ impl TcpModule {
         if frame_len <= rx.stage.len() {
             return Ok(Parsed::NeedMore);
         }
-        let Some(head) = avail.get(FRAME_HEADER_LEN..head_end) else {
+        // Headers and padding first: they always fit the staging buffer.
+        let (Some(head), Some(staged)) = (
+            avail.get(FRAME_HEADER_LEN..head_end),
+            avail.get(payload_start..),
+        ) else {
             return Ok(Parsed::NeedMore);
         };
         // A frame larger than the staging buffer: read it in place.
-        let staged = avail.get(head_end..).unwrap_or(&[]);
         let (dest, finish) = self.large_dest(rank, &header, head)?;
         match dest {
             Dest::Big => {
@@ -258,21 +263,19 @@ impl TcpModule {
     /// A buffer of at least `len` bytes for a large active message. Kept
     /// buffers are reused so a stream of large messages does not fault in
     /// fresh pages for each one.
-    fn take_big(&mut self, len: usize) -> Vec<u8> {
+    fn take_big(&mut self, len: usize) -> AlignedBuf {
         let mut buf = match self.big_pool.iter().position(|b| b.len() >= len) {
             Some(i) => self.big_pool.swap_remove(i),
             None => self.big_pool.pop().unwrap_or_default(),
         };
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
+        buf.resize(len);
         buf
     }
 
     /// Keeps `buf` for the next large message, or frees it: at most
     /// [`BIG_POOL`] buffers are kept per module, so memory for large
     /// messages is bounded by the ones being read plus these.
-    fn return_big(&mut self, buf: Vec<u8>) {
+    fn return_big(&mut self, buf: AlignedBuf) {
         if buf.capacity() > 0 && self.big_pool.len() < BIG_POOL {
             self.big_pool.push(buf);
         }
@@ -485,7 +488,15 @@ impl TcpModule {
         let mut offset = 0;
         loop {
             let clen = chunk.min(len - offset);
-            let frame = FrameHeader::rdma(FrameKind::GetResponse, clen as u64).encode();
+            let pad = payload_pad(
+                self.next_position(rank) + FRAME_HEADER_LEN + GetResponse::LEN,
+                clen,
+                region.as_ptr() as usize + base + offset,
+                (req.reply_addr as usize).wrapping_add(offset),
+            );
+            let frame = FrameHeader::rdma(FrameKind::GetResponse, clen as u64)
+                .with_pad(pad)
+                .encode();
             let answer = GetResponse {
                 op_id: req.op_id,
                 status: RdmaStatus::Ok,
@@ -498,7 +509,11 @@ impl TcpModule {
                 len: clen,
                 registration: Some(reg_id),
             };
-            let item = OutItem::frame(&[&frame, &answer], Some(part), Done::Nothing);
+            let item = OutItem::frame(
+                &[&frame, &answer, &ZEROS[..usize::from(pad)]],
+                Some(part),
+                Done::Nothing,
+            );
             self.reply(rank, item);
             offset += clen;
             if offset >= len {
