@@ -2,8 +2,9 @@
 //!
 //! Frameworks and components register each parameter once with a typed
 //! default and a help line. The value comes from, in order of precedence:
-//! the command line (`--param name=value`), the environment
-//! (`FIREOPAL_<NAME>`, the name uppercased) and the default. A value that
+//! the command line (`--param name=value`, or `fireopal run`'s, which
+//! reaches the ranks through the environment and [`COMMAND_LINE_VAR`]), the
+//! environment (`FIREOPAL_<NAME>`, the name uppercased) and the default. A value that
 //! does not parse as the parameter's type is an error naming the parameter
 //! and where the value came from; it is never silently replaced by the
 //! default.
@@ -16,23 +17,30 @@ pub use fireopal_abi::param::{ParamSpec, ParamValue};
 /// Prefix of the environment variables that set parameters.
 pub const ENV_PREFIX: &str = "FIREOPAL_";
 
+/// Names, comma-separated, of the parameters whose `FIREOPAL_<NAME>`
+/// variables `fireopal run` set from its own `--param`s, so that the ranks
+/// report them as coming from the command line. No parameter's variable
+/// can have this name: parameter names start with a letter.
+pub const COMMAND_LINE_VAR: &str = "FIREOPAL__COMMAND_LINE";
+
 /// Where a parameter's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// Nobody set it.
     Default,
-    /// The named environment variable.
+    /// The environment, as `VAR=value`.
     Environment(String),
-    /// `--param name=value`.
-    CommandLine,
+    /// `--param name=value`, given to this program or to the `fireopal
+    /// run` that started it, as `name=value`.
+    CommandLine(String),
 }
 
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Default => f.write_str("default"),
-            Self::Environment(var) => write!(f, "environment {var}"),
-            Self::CommandLine => f.write_str("command line"),
+            Self::Environment(setting) => write!(f, "the environment ({setting})"),
+            Self::CommandLine(setting) => write!(f, "the command line (--param {setting})"),
         }
     }
 }
@@ -187,6 +195,8 @@ pub struct ParamStore {
     index: HashMap<String, usize>,
     command_line: HashMap<String, String>,
     environment: HashMap<String, String>,
+    /// Parameters `fireopal run` passed through the environment.
+    from_run: HashSet<String>,
 }
 
 impl ParamStore {
@@ -205,12 +215,24 @@ impl ParamStore {
         command_line: Vec<(String, String)>,
         environment: impl IntoIterator<Item = (String, String)>,
     ) -> Self {
+        let mut environment: HashMap<String, String> = environment.into_iter().collect();
+        let from_run = environment
+            .remove(COMMAND_LINE_VAR)
+            .map(|names| {
+                names
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
         Self {
             params: Vec::new(),
             index: HashMap::new(),
             // A later assignment of the same name wins, as on most CLIs.
             command_line: command_line.into_iter().collect(),
-            environment: environment.into_iter().collect(),
+            environment,
+            from_run,
         }
     }
 
@@ -239,12 +261,18 @@ impl ParamStore {
             return Err(ParamError::Duplicate(name.to_owned()));
         }
         let var = env_var_name(name);
+        let on_line = |value: &String| Source::CommandLine(format!("{name}={value}"));
         let given = if let Some(v) = self.command_line.get(name) {
-            Some((v.clone(), Source::CommandLine))
+            Some((v.clone(), on_line(v)))
+        } else if let Some(v) = self.environment.get(&var) {
+            let source = if self.from_run.contains(name) {
+                on_line(v)
+            } else {
+                Source::Environment(format!("{var}={v}"))
+            };
+            Some((v.clone(), source))
         } else {
-            self.environment
-                .get(&var)
-                .map(|v| (v.clone(), Source::Environment(var)))
+            None
         };
         let (value, source, error) = match given {
             None => (spec.default.clone(), Source::Default, None),
@@ -297,17 +325,30 @@ impl ParamStore {
     }
 
     /// Settings that no registered parameter takes, sorted: `--param`
-    /// names, then `FIREOPAL_*` variables of the environment. Each is a
-    /// typo, or belongs to a component that was excluded or did not load.
+    /// names (this program's and `fireopal run`'s), then `FIREOPAL_*`
+    /// variables of the environment. Each is a typo, or belongs to a
+    /// component that was excluded or did not load.
     pub fn unknown_settings(&self) -> Vec<UnknownSetting<'_>> {
+        let passed_by_run = self
+            .from_run
+            .iter()
+            .filter(|n| self.environment.contains_key(&env_var_name(n)));
         let mut line: Vec<&str> = self
             .command_line
             .keys()
+            .chain(passed_by_run)
             .filter(|k| !self.index.contains_key(*k))
             .map(String::as_str)
             .collect();
         line.sort_unstable();
-        let known: HashSet<String> = self.params.iter().map(|p| env_var_name(&p.name)).collect();
+        line.dedup();
+        let known: HashSet<String> = self
+            .params
+            .iter()
+            .map(|p| &p.name)
+            .chain(&self.from_run)
+            .map(|n| env_var_name(n))
+            .collect();
         let mut env: Vec<&str> = self
             .environment
             .keys()
@@ -369,17 +410,43 @@ mod tests {
                 .unwrap();
         }
         let a = s.get("btl_x_a").unwrap();
-        assert_eq!(
-            (a.value.clone(), a.source.clone()),
-            (ParamValue::UInt(9), Source::CommandLine)
-        );
+        assert_eq!(a.value, ParamValue::UInt(9));
+        assert_eq!(a.source.to_string(), "the command line (--param btl_x_a=9)");
         let b = s.get("btl_x_b").unwrap();
         assert_eq!(b.value, ParamValue::UInt(8));
-        assert_eq!(b.source, Source::Environment("FIREOPAL_BTL_X_B".into()));
+        assert_eq!(b.source.to_string(), "the environment (FIREOPAL_BTL_X_B=8)");
         let c = s.get("btl_x_c").unwrap();
         assert_eq!(
             (c.value.clone(), c.source.clone()),
             (ParamValue::UInt(1), Source::Default)
+        );
+    }
+
+    #[test]
+    fn settings_fireopal_run_passed_keep_the_command_line_as_source() {
+        let env = [
+            ("FIREOPAL_BTL_X_A".to_owned(), "7".to_owned()),
+            ("FIREOPAL_BTL_X_B".to_owned(), "8".to_owned()),
+            ("FIREOPAL_BTL_X_TYPO".to_owned(), "9".to_owned()),
+            (COMMAND_LINE_VAR.to_owned(), "btl_x_a,btl_x_typo".to_owned()),
+        ];
+        let mut s = ParamStore::with_environment(vec![], env);
+        for n in ["btl_x_a", "btl_x_b"] {
+            s.register("btl x", "btl_x_", spec(n, ParamValue::UInt(1)))
+                .unwrap();
+        }
+        let source = |n: &str| s.get(n).map(|p| p.source.to_string());
+        assert_eq!(
+            source("btl_x_a").as_deref(),
+            Some("the command line (--param btl_x_a=7)")
+        );
+        assert_eq!(
+            source("btl_x_b").as_deref(),
+            Some("the environment (FIREOPAL_BTL_X_B=8)")
+        );
+        assert_eq!(
+            s.unknown_settings(),
+            [UnknownSetting::CommandLine("btl_x_typo")]
         );
     }
 

@@ -413,8 +413,8 @@ fn untagged_lines_of_two_ranks_never_mix() {
 
 #[test]
 fn a_parameter_nothing_has_is_warned_about_once_per_job() {
-    let warning = "FIREOPAL_BTL_TCP_EAGER_LIMT (--param btl_tcp_eager_limt): \
-                   no loaded component has this parameter";
+    // Given to `fireopal run`, it is named as the command line gave it.
+    let warning = "--param btl_tcp_eager_limt: no loaded component has this parameter";
     let mut cmd = fireopal_run(&[
         "-n",
         "2",

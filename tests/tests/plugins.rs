@@ -661,24 +661,33 @@ fn fireopal_info_built_before_the_plugins_lists_them_with_reasons() {
     );
     assert_eq!(code, 0);
     assert!(
-        out.contains("btl_alpha_priority = \"3\" (uint, environment FIREOPAL_BTL_ALPHA_PRIORITY"),
+        out.contains(
+            "btl_alpha_priority = \"3\" (uint, default \"30\"; \
+             from the environment (FIREOPAL_BTL_ALPHA_PRIORITY=3))"
+        ),
         "{out}"
     );
     assert!(
-        out.contains("btl_beta_priority = \"4\" (uint, command line"),
+        out.contains(
+            "btl_beta_priority = \"4\" (uint, default \"50\"; \
+             from the command line (--param btl_beta_priority=4))"
+        ),
         "{out}"
     );
 
     let (code, _, err) = run_info(&[&f.good], &[("FIREOPAL_BTL", "alpha,^beta")], &[]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(
         err.contains("parameter btl: invalid component list"),
         "{err}"
     );
     let (code, _, err) = run_info(&[&f.good], &[], &["--param", "btl_alpha_priority=-1"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(
-        err.contains("parameter btl_alpha_priority: invalid value \"-1\" from command line"),
+        err.contains(
+            "parameter btl_alpha_priority: invalid value \"-1\" \
+             from the command line (--param btl_alpha_priority=-1)"
+        ),
         "{err}"
     );
 }

@@ -27,8 +27,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use self::rendezvous::Rendezvous;
+use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
-use super::CommonArgs;
+use super::{open_registry, CommonArgs, Failure};
 use crate::bootstrap::Bootstrap;
 use crate::btl::{Messenger, RouteInfo, SendTicket, TransferBufferHandle};
 use crate::memheap::SymmetricHeap;
@@ -42,12 +43,107 @@ const TAG_ACK: u8 = 2;
 /// Longest wait for one message before the peer is declared gone.
 const STALL: Duration = Duration::from_secs(30);
 
-const USAGE: &str =
-    "usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
-                               [--json] [--quick]
-                               [--param name=value]...
+pub(super) const SYNOPSIS: &str = "\
+fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
+        [--json] [--quick] [--param name=value]...
+fireopal bench put|get [--btl NAME] [--json] [--quick] [--param name=value]...";
+
+const USAGE: &str = "\
+usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
+               [--json] [--quick] [--param name=value]...
        fireopal bench put|get [--btl NAME] [--json] [--quick] [--param name=value]...
-run it under `fireopal run -n 2`, or alone to reach this process itself";
+
+Latency and bandwidth between ranks 0 and 1, OSU-style: of active messages
+(pingpong), or of one-sided operations on the peer's registered memory
+(put, get). Run it under `fireopal run -n 2`, or alone to reach this
+process itself.
+
+  --btl NAME            the transports to use (sets the btl parameter)
+  --from SOURCE         pingpong only: where messages above the eager limit
+                        are sent from: auto (default), buffer, heap, user,
+                        copy or registered
+  --json                print the results as JSON
+  --quick               fewer iterations, to check that it runs
+  --param name=value    set a parameter
+";
+
+/// The benchmarks, by the name `fireopal bench` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    PingPong,
+    Rma(rma::Op),
+}
+
+const KINDS: [(&str, Kind); 3] = [
+    ("pingpong", Kind::PingPong),
+    ("put", Kind::Rma(rma::Op::Put)),
+    ("get", Kind::Rma(rma::Op::Get)),
+];
+
+const FROM: [(&str, From); 6] = [
+    ("auto", From::Auto),
+    ("buffer", From::Buffer),
+    ("heap", From::Heap),
+    ("user", From::User),
+    ("copy", From::Copy),
+    ("registered", From::Registered),
+];
+
+/// A parsed `fireopal bench` command line.
+#[derive(Debug)]
+struct Bench {
+    kind: Kind,
+    common: CommonArgs,
+    json: bool,
+    quick: bool,
+    from: From,
+}
+
+fn parse(args: &[String]) -> Result<Bench, Stop> {
+    let mut it = Args::new(args);
+    let names = || args::one_of(KINDS.iter().map(|(name, _)| *name));
+    let kind = match it.next()? {
+        Some(Arg::Word(w)) => match KINDS.iter().find(|(name, _)| *name == w) {
+            Some(&(_, kind)) => kind,
+            None => {
+                return Err(Stop::Usage(format!(
+                    "unknown benchmark {w:?}: expected {}",
+                    names()
+                )))
+            }
+        },
+        _ => {
+            return Err(Stop::Usage(format!(
+                "which benchmark? expected {}",
+                names()
+            )))
+        }
+    };
+    let mut b = Bench {
+        kind,
+        common: CommonArgs::default(),
+        json: false,
+        quick: false,
+        from: From::Auto,
+    };
+    let mut btl = None;
+    while let Some(arg) = it.next()? {
+        if b.common.take(arg, &mut it)? {
+            continue;
+        }
+        match arg {
+            Arg::Opt("--json") => b.json = true,
+            Arg::Opt("--quick") => b.quick = true,
+            Arg::Opt("--btl") => btl = Some(it.value()?.to_owned()),
+            Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
+            other => return Err(args::unknown(other)),
+        }
+    }
+    if let Some(name) = btl {
+        b.common.params.push(("btl".to_owned(), name));
+    }
+    Ok(b)
+}
 
 /// Where messages above the eager limit are sent from (`--from`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,20 +163,6 @@ enum From {
     Registered,
 }
 
-impl From {
-    fn parse(v: &str) -> Option<Self> {
-        Some(match v {
-            "auto" => Self::Auto,
-            "buffer" => Self::Buffer,
-            "heap" => Self::Heap,
-            "user" => Self::User,
-            "copy" => Self::Copy,
-            "registered" => Self::Registered,
-            _ => return None,
-        })
-    }
-}
-
 /// One row of results.
 #[derive(Debug, Clone, Copy)]
 struct Row {
@@ -90,71 +172,17 @@ struct Row {
 }
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
-    let Some((what, rest)) = args.split_first() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
+    let b = match parse(args) {
+        Ok(b) => b,
+        Err(stop) => return stop.exit("fireopal bench", USAGE),
     };
-    match what.as_str() {
-        "pingpong" => {}
-        "put" => return rma::main(rma::Op::Put, rest),
-        "get" => return rma::main(rma::Op::Get, rest),
-        _ => {
-            eprintln!("fireopal bench: unknown benchmark {what:?}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    }
-    let (mut json, mut quick, mut btl, mut from) = (false, false, None, Some(From::Auto));
-    let mut expect: Option<&str> = None;
-    let parsed = CommonArgs::parse(rest, |a| {
-        match expect.take() {
-            Some("--btl") => btl = Some(a.to_owned()),
-            Some(_) => from = From::parse(a),
-            None => match a {
-                "--json" => json = true,
-                "--quick" => quick = true,
-                "--btl" | "--from" => expect = Some(if a == "--btl" { "--btl" } else { "--from" }),
-                _ => {
-                    if let Some(v) = a.strip_prefix("--btl=") {
-                        btl = Some(v.to_owned());
-                    } else if let Some(v) = a.strip_prefix("--from=") {
-                        from = From::parse(v);
-                    } else {
-                        return false;
-                    }
-                }
-            },
-        }
-        true
-    });
-    let mut common = match parsed {
-        Ok(c) if expect.is_none() => c,
-        Ok(_) => {
-            eprintln!(
-                "fireopal bench: {} needs a value\n{USAGE}",
-                expect.unwrap_or("")
-            );
-            return ExitCode::from(2);
-        }
-        Err(e) => {
-            eprintln!("fireopal bench: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let done = match b.kind {
+        Kind::PingPong => run(&b.common, b.json, b.quick, b.from),
+        Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick),
     };
-    let Some(from) = from else {
-        eprintln!(
-            "fireopal bench: --from takes auto, buffer, heap, user, copy or registered\n{USAGE}"
-        );
-        return ExitCode::from(2);
-    };
-    if let Some(name) = btl {
-        common.params.push(("btl".to_owned(), name));
-    }
-    match run(&common, json, quick, from) {
+    match done {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fireopal bench: {e}");
-            ExitCode::from(1)
-        }
+        Err(failure) => failure.exit("fireopal bench"),
     }
 }
 
@@ -171,18 +199,17 @@ struct Pair {
 }
 
 /// Joins the job and opens the transports for benchmark `what`.
-fn open_pair(common: &CommonArgs, what: &str) -> Result<Pair, String> {
+fn open_pair(common: &CommonArgs, what: &str) -> Result<Pair, Failure> {
     let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
     let (rank, size) = (boot.rank(), boot.size());
     if size > 2 {
-        return Err(format!("{what} needs 1 or 2 ranks, this job has {size}"));
+        return Err(format!("{what} needs 1 or 2 ranks, this job has {size}").into());
     }
-    let registry = Registry::open(&Options {
+    let registry = open_registry(&Options {
         command_line: common.params.clone(),
         job: boot.job_info(),
         ..Options::default()
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
     let peer = if size == 1 { 0 } else { 1 - rank };
     let route = m
@@ -199,7 +226,7 @@ fn open_pair(common: &CommonArgs, what: &str) -> Result<Pair, String> {
     })
 }
 
-fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), String> {
+fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), Failure> {
     let Pair {
         mut boot,
         registry,
@@ -282,7 +309,8 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), S
                 return Err(format!(
                     "{}[{}] has no get, which --from registered needs",
                     route.component, route.index
-                ));
+                )
+                .into());
             }
             source.path = Path::Rendezvous(Rendezvous::new(&mut m, peer, &buf, largest)?);
             source.label = "registered memory, read by the receiver with get (rendezvous)";

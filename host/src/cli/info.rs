@@ -4,25 +4,43 @@ use std::process::ExitCode;
 
 use fireopal_abi::param::ParamValue;
 
+use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
 use super::CommonArgs;
+use crate::param::Source;
 use crate::plugin::{Origin, Registry, Status};
 
+pub(super) const SYNOPSIS: &str = "fireopal info [--json] [--param name=value]...";
+
+const USAGE: &str = "usage: fireopal info [--json] [--param name=value]...
+
+Lists every component found (built-in or the file it came from), its
+version and status, then every parameter with its value and where the
+value came from. Under `fireopal run`, shows what a rank of that job sees.
+
+  --json                the same as one JSON object
+  --param name=value    set a parameter (beats FIREOPAL_<NAME>)
+";
+
+fn parse(args: &[String]) -> Result<(CommonArgs, bool), Stop> {
+    let (mut common, mut json) = (CommonArgs::default(), false);
+    let mut it = Args::new(args);
+    while let Some(arg) = it.next()? {
+        if common.take(arg, &mut it)? {
+            continue;
+        }
+        match arg {
+            Arg::Opt("--json") => json = true,
+            other => return Err(args::unknown(other)),
+        }
+    }
+    Ok((common, json))
+}
+
 pub(crate) fn main(args: &[String]) -> ExitCode {
-    let mut json = false;
-    let common = match CommonArgs::parse(args, |a| {
-        if a == "--json" {
-            json = true;
-            true
-        } else {
-            false
-        }
-    }) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("fireopal info: {e}");
-            return ExitCode::from(2);
-        }
+    let (common, json) = match parse(args) {
+        Ok(parsed) => parsed,
+        Err(stop) => return stop.exit("fireopal info", USAGE),
     };
     let mut options = common.discovery_options();
     // Under a launcher, show what a rank of that job sees (transports that
@@ -53,9 +71,14 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         print!("{}", to_text(&registry));
     }
     for e in registry.errors() {
-        eprintln!("fireopal info: error: {e}");
+        eprintln!(
+            "fireopal info: error: {}",
+            super::discovery_error(&registry, e)
+        );
     }
-    if registry.errors().is_empty() {
+    if registry.errors().iter().any(super::is_usage_error) {
+        ExitCode::from(2)
+    } else if registry.errors().is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -174,15 +197,26 @@ fn to_text(r: &Registry) -> String {
         let _ = writeln!(out, "  {}", p.display());
     }
     let _ = writeln!(out, "\ncomponents:");
-    for c in r.components() {
-        let version = c
-            .version()
-            .map_or_else(|| "-".to_owned(), |v| v.to_string());
+    let versions: Vec<String> = r
+        .components()
+        .iter()
+        .map(|c| {
+            c.version()
+                .map_or_else(|| "-".to_owned(), |v| v.to_string())
+        })
+        .collect();
+    // Each column as wide as its longest entry, so long names stay aligned.
+    let components = r.components();
+    let widest = |lens: &mut dyn Iterator<Item = usize>| lens.max().unwrap_or(0);
+    let fw = widest(&mut components.iter().map(|c| c.framework().name().len()));
+    let name = widest(&mut components.iter().map(|c| c.name().len()));
+    let ver = widest(&mut versions.iter().map(String::len));
+    for (c, version) in components.iter().zip(&versions) {
         let selected = if c.is_selected() { " [selected]" } else { "" };
         let note = c.note().map(|n| format!("; {n}")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:<8} {:<12} {:<8} {}{}{}\n  {:<8} {:<12} {:<8} from {}",
+            "  {:<fw$} {:<name$} {:<ver$} {}{}{}\n  {:<fw$} {:<name$} {:<ver$} from {}",
             c.framework().name(),
             c.name(),
             version,
@@ -197,16 +231,26 @@ fn to_text(r: &Registry) -> String {
     }
     let _ = writeln!(out, "\nparameters:");
     for p in r.params().iter() {
+        let origin = match p.source {
+            Source::Default => "default".to_owned(),
+            _ => format!("default {}; from {}", shown(&p.default), p.source),
+        };
         let _ = writeln!(
             out,
-            "  {} = {:?} ({}, {}; default {:?})\n      {}",
+            "  {} = {:?} ({}, {origin})\n      {}",
             p.name,
             p.value.to_string(),
             p.default.type_name(),
-            p.source,
-            p.default.to_string(),
             p.help
         );
     }
     out
+}
+
+/// A default as `info` shows it: quoted, or `empty`.
+fn shown(v: &ParamValue) -> String {
+    match v.to_string() {
+        t if t.is_empty() => "empty".to_owned(),
+        t => format!("{t:?}"),
+    }
 }

@@ -1,47 +1,67 @@
-//! The `fireopal` command line: one module per subcommand.
+//! The `fireopal` command line: one module per subcommand, and the
+//! conventions they share in [`args`].
 
 use std::process::ExitCode;
 
+mod args;
 mod bench;
 mod conformance;
 mod info;
 mod json;
 mod run;
 
-use crate::param::{parse_assignment, ParamError};
-use crate::plugin::Options;
+use self::args::{Arg, Args, Stop};
+use crate::plugin::{DiscoveryError, Options, Registry};
 
-const USAGE: &str = "usage: fireopal <command> [args]
-
-commands:
-  bench pingpong [--btl NAME] [--from PATH] [--json]
-                                          latency and bandwidth of active messages
-  bench put|get [--btl NAME] [--json]     latency and bandwidth of one-sided operations
-                                          (both under `fireopal run -n 2`)
-  conformance --btl NAME | --memheap NAME [--case LIST]
-                                          check a transport or heap allocator against
-                                          its contract (under `fireopal run -n N`)
-  info [--json] [--param name=value]...   components, their status, and every parameter
-  run -n N [--param k=v]... [--tag-output] -- prog args
-                                          start a job of N local processes
-  version                                 this host's version and plugin interface
-";
+/// The top-level help: every subcommand's synopsis, with what it does.
+fn usage() -> String {
+    let mut out = String::from(
+        "usage: fireopal <command> [options]\n\
+         each command prints its own help with --help\n\ncommands:\n",
+    );
+    for (synopsis, what) in [
+        (run::SYNOPSIS, "start a job of N local processes"),
+        (
+            info::SYNOPSIS,
+            "components, their status, and every parameter",
+        ),
+        (
+            bench::SYNOPSIS,
+            "latency and bandwidth of active messages (pingpong) and of\n\
+             one-sided operations (put, get), under `fireopal run -n 2`",
+        ),
+        (
+            conformance::SYNOPSIS,
+            "check a transport or heap allocator against its contract,\n\
+             under `fireopal run -n N`",
+        ),
+        (
+            "fireopal version",
+            "this host's version and plugin interface",
+        ),
+        ("fireopal help", "this text"),
+    ] {
+        for line in synopsis.lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+        for line in what.lines() {
+            out.push_str(&format!("        {line}\n"));
+        }
+    }
+    out
+}
 
 /// Entry point of the `fireopal` binary; `args` excludes the program name.
 pub fn main(args: Vec<String>) -> ExitCode {
     let Some((cmd, rest)) = args.split_first() else {
-        eprint!("{USAGE}");
-        return ExitCode::from(2);
+        return Stop::Usage("no command given".into()).exit("fireopal", &usage());
     };
     match cmd.as_str() {
         "bench" => bench::main(rest),
         "conformance" => conformance::main(rest),
         "info" => info::main(rest),
         "run" => run::main(rest),
-        "help" | "--help" | "-h" => {
-            print!("{USAGE}");
-            ExitCode::SUCCESS
-        }
+        "help" | "--help" | "-h" => Stop::Help.exit("fireopal", &usage()),
         "version" | "--version" | "-V" => {
             // Plugins are loaded only when built against an interface
             // this host accepts; a vendor reads which one here.
@@ -52,59 +72,29 @@ pub fn main(args: Vec<String>) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        other => {
-            eprintln!("fireopal: unknown command {other:?}\n{USAGE}");
-            ExitCode::from(2)
-        }
+        other => Stop::Usage(format!(
+            "unknown command {other:?}: expected {}",
+            args::one_of(["run", "info", "bench", "conformance", "version", "help"])
+        ))
+        .exit("fireopal", &usage()),
     }
 }
 
-/// Arguments every subcommand accepts: `--param name=value` (also
-/// `--param=name=value`).
+/// What every subcommand that loads components takes: `--param
+/// name=value`, repeated.
 #[derive(Debug, Default)]
 pub(crate) struct CommonArgs {
     pub(crate) params: Vec<(String, String)>,
 }
 
-/// A command-line error.
-#[derive(Debug)]
-pub(crate) enum ArgError {
-    Param(ParamError),
-    MissingValue(&'static str),
-    Unknown(String),
-}
-
-impl std::fmt::Display for ArgError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Param(e) => e.fmt(f),
-            Self::MissingValue(flag) => write!(f, "{flag} needs a value"),
-            Self::Unknown(a) => write!(f, "unknown argument {a:?}"),
-        }
-    }
-}
-
 impl CommonArgs {
-    /// Parses `args`; `extra` claims subcommand-specific flags.
-    pub(crate) fn parse(
-        args: &[String],
-        mut extra: impl FnMut(&str) -> bool,
-    ) -> Result<Self, ArgError> {
-        let mut out = Self::default();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            if a == "--param" {
-                let v = it.next().ok_or(ArgError::MissingValue("--param"))?;
-                out.params
-                    .push(parse_assignment(v).map_err(ArgError::Param)?);
-            } else if let Some(v) = a.strip_prefix("--param=") {
-                out.params
-                    .push(parse_assignment(v).map_err(ArgError::Param)?);
-            } else if !extra(a) {
-                return Err(ArgError::Unknown(a.clone()));
-            }
+    /// Takes `arg` if it is `--param`; `Ok(false)` leaves it to the caller.
+    pub(crate) fn take(&mut self, arg: Arg<'_>, args: &mut Args<'_>) -> Result<bool, Stop> {
+        if arg != Arg::Opt("--param") {
+            return Ok(false);
         }
-        Ok(out)
+        self.params.push(args.param()?);
+        Ok(true)
     }
 
     /// Discovery options for these arguments.
@@ -114,4 +104,82 @@ impl CommonArgs {
             ..Options::default()
         }
     }
+}
+
+/// Why a subcommand that already parsed its arguments failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The settings are wrong (a parameter's value, a component that is
+    /// not there): exit 2, as a usage error.
+    Usage(String),
+    /// Anything else: exit 1.
+    Run(String),
+}
+
+impl From<String> for Failure {
+    fn from(why: String) -> Self {
+        Self::Run(why)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(why: &str) -> Self {
+        Self::Run(why.to_owned())
+    }
+}
+
+impl Failure {
+    /// Prints the reason under `cmd` and gives the exit status.
+    pub(crate) fn exit(self, cmd: &str) -> ExitCode {
+        match self {
+            Self::Usage(why) => {
+                eprintln!("{cmd}: {why}");
+                ExitCode::from(2)
+            }
+            Self::Run(why) => {
+                eprintln!("{cmd}: {why}");
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// [`Registry::open`], with errors that name what was found when a
+/// requested component is missing or not usable.
+pub(crate) fn open_registry(options: &Options) -> Result<Registry, Failure> {
+    let registry = Registry::discover(options);
+    match registry.errors().first() {
+        None => Ok(registry),
+        Some(e) if is_usage_error(e) => Err(Failure::Usage(discovery_error(&registry, e))),
+        Some(e) => Err(Failure::Run(discovery_error(&registry, e))),
+    }
+}
+
+/// Whether `e` is a setting given wrong (exit 2), rather than a component
+/// that exists but cannot serve this job (exit 1).
+pub(crate) fn is_usage_error(e: &DiscoveryError) -> bool {
+    !matches!(e, DiscoveryError::RequiredUnusable { .. })
+}
+
+/// `e`, and for a requested component, the names of every component of
+/// its framework that discovery found.
+pub(crate) fn discovery_error(registry: &Registry, e: &DiscoveryError) -> String {
+    let framework = match e {
+        DiscoveryError::RequiredMissing { framework, .. }
+        | DiscoveryError::RequiredUnusable { framework, .. } => *framework,
+        DiscoveryError::Param(_) | DiscoveryError::Filter(_) => return e.to_string(),
+    };
+    let mut found: Vec<&str> = registry
+        .components()
+        .iter()
+        .filter(|c| c.framework() == framework)
+        .map(|c| c.name())
+        .collect();
+    // A shadowed file repeats a name found earlier on the path.
+    found.sort_unstable();
+    found.dedup();
+    format!(
+        "{e}\n{framework} components found: {} (`fireopal info` shows their status)",
+        found.join(", ")
+    )
 }

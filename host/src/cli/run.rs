@@ -5,33 +5,40 @@ use std::ffi::OsString;
 use std::fmt;
 use std::process::ExitCode;
 
+use super::args::{self, Arg, Args, Stop};
 use crate::bootstrap::launch::{self, JobEvent, JobSpec};
+use crate::param::{env_var_name, COMMAND_LINE_VAR};
 
-const USAGE: &str =
-    "usage: fireopal run -n N [--param name=value]... [--tag-output] [--bind-to core|none] [--] program [args]
+pub(super) const SYNOPSIS: &str = "\
+fireopal run -n N [--param name=value]... [--tag-output] [--bind-to core|none]
+        [--] program [args]";
 
-  -n N                  number of ranks (1 to 4096)
-  --param name=value    set a parameter in every rank (as FIREOPAL_<NAME>)
+const USAGE: &str = "\
+usage: fireopal run -n N [--param name=value]... [--tag-output] [--bind-to core|none]
+               [--] program [args]
+
+Starts N local processes of program and serves their key-value exchange.
+
+  -n N                  number of ranks (1 to 4096; also -np N)
+  --param name=value    set a parameter in every rank (as FIREOPAL_<NAME>;
+                        the ranks report it as set on the command line)
   --tag-output          prefix each output line with [rank]
                         (lines are forwarded whole, tagged or not)
   --bind-to core|none   pin rank r to the r-th allowed CPU (default none)
 ";
 
-/// What is wrong with the command line.
+/// What is wrong with the command line, past what [`Args`] finds.
 #[derive(Debug, PartialEq, Eq)]
 enum UsageError {
-    MissingValue(&'static str),
     BadCount(String),
     MissingCount,
     BadParam { arg: String, why: &'static str },
-    UnknownOption(String),
     MissingProgram,
 }
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            UsageError::MissingValue(opt) => write!(f, "{opt} needs a value"),
             UsageError::BadCount(v) => write!(
                 f,
                 "-n {v:?}: expected a number of ranks from 1 to {}",
@@ -41,14 +48,19 @@ impl fmt::Display for UsageError {
             UsageError::BadParam { arg, why } => {
                 write!(f, "malformed --param {arg:?}: {why}")
             }
-            UsageError::UnknownOption(o) => write!(f, "unknown option {o:?}"),
             UsageError::MissingProgram => f.write_str("missing the program to run"),
         }
     }
 }
 
-/// Parses `name=value` into the environment variable `FIREOPAL_<NAME>`.
-fn param_env(arg: &str) -> Result<(String, String), UsageError> {
+impl From<UsageError> for Stop {
+    fn from(e: UsageError) -> Self {
+        Stop::Usage(e.to_string())
+    }
+}
+
+/// Checks `name=value` of a `--param`.
+fn param(arg: &str) -> Result<(String, String), UsageError> {
     let bad = |why| UsageError::BadParam {
         arg: arg.to_owned(),
         why,
@@ -68,51 +80,33 @@ fn param_env(arg: &str) -> Result<(String, String), UsageError> {
             "parameter names are snake_case ([a-z][a-z0-9_]*), e.g. btl_tcp_eager_limit",
         ));
     }
-    Ok((
-        format!("FIREOPAL_{}", name.to_ascii_uppercase()),
-        value.to_owned(),
-    ))
+    Ok((name.to_owned(), value.to_owned()))
 }
 
-fn parse(args: &[String]) -> Result<JobSpec, UsageError> {
+fn parse(args: &[String]) -> Result<JobSpec, Stop> {
     let mut size = None;
-    let mut env = Vec::new();
+    let mut params: Vec<(String, String)> = Vec::new();
     let mut tag_output = false;
     let mut bind_to_core = false;
-    let mut rest = args.iter();
+    let mut it = Args::new(args);
     let mut command: Vec<OsString> = Vec::new();
-    while let Some(arg) = rest.next() {
-        let arg = arg.as_str();
-        let mut value_of = |opt: &'static str, inline: Option<&str>| match inline {
-            Some(v) => Ok(v.to_owned()),
-            None => rest.next().cloned().ok_or(UsageError::MissingValue(opt)),
-        };
+    while let Some(arg) = it.next()? {
         match arg {
-            "--" => {
-                command.extend(rest.by_ref().map(OsString::from));
+            Arg::Opt("--") => {
+                command.extend(it.rest().map(OsString::from));
                 break;
             }
-            "-n" | "-np" | "--np" => size = Some(parse_count(&value_of("-n", None)?)?),
-            "--param" => env.push(param_env(&value_of("--param", None)?)?),
-            "--tag-output" => tag_output = true,
-            "--bind-to" => match value_of("--bind-to", None)?.as_str() {
-                "core" => bind_to_core = true,
-                "none" => bind_to_core = false,
-                other => return Err(UsageError::UnknownOption(format!("--bind-to {other}"))),
-            },
-            _ if arg.starts_with("-n=") => {
-                size = Some(parse_count(&value_of("-n", arg.strip_prefix("-n="))?)?);
+            Arg::Opt("-n" | "-np" | "--np") => size = Some(parse_count(it.value()?)?),
+            Arg::Opt("--param") => params.push(param(it.value()?)?),
+            Arg::Opt("--tag-output") => tag_output = true,
+            Arg::Opt("--bind-to") => {
+                bind_to_core = it.choice(&[("core", true), ("none", false)])?
             }
-            _ if arg.starts_with("--param=") => {
-                env.push(param_env(&value_of(
-                    "--param",
-                    arg.strip_prefix("--param="),
-                )?)?);
-            }
-            _ if arg.starts_with('-') => return Err(UsageError::UnknownOption(arg.to_owned())),
-            _ => {
-                command.push(arg.into());
-                command.extend(rest.by_ref().map(OsString::from));
+            Arg::Opt(_) => return Err(args::unknown(arg)),
+            // The program's own options follow it.
+            Arg::Word(program) => {
+                command.push(program.into());
+                command.extend(it.rest().map(OsString::from));
                 break;
             }
         }
@@ -122,10 +116,16 @@ fn parse(args: &[String]) -> Result<JobSpec, UsageError> {
     let program = command.next().ok_or(UsageError::MissingProgram)?;
     let mut spec = JobSpec::new(size, program);
     spec.args = command.collect();
-    spec.env = env
-        .into_iter()
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-        .collect();
+    let names: Vec<&str> = params.iter().map(|(name, _)| name.as_str()).collect();
+    if !names.is_empty() {
+        spec.env
+            .push((COMMAND_LINE_VAR.into(), names.join(",").into()));
+    }
+    spec.env.extend(
+        params
+            .iter()
+            .map(|(name, value)| (env_var_name(name).into(), value.into())),
+    );
     spec.tag_output = tag_output;
     spec.bind_to_core = bind_to_core;
     Ok(spec)
@@ -168,20 +168,9 @@ fn report(event: &JobEvent<'_>) {
 }
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
-    if args
-        .iter()
-        .take_while(|a| *a != "--")
-        .any(|a| a == "-h" || a == "--help")
-    {
-        print!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
     let spec = match parse(args) {
         Ok(spec) => spec,
-        Err(e) => {
-            eprint!("fireopal run: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(stop) => return stop.exit("fireopal run", USAGE),
     };
     let report_of = launch::run_job(&spec, &mut report);
     match report_of {
@@ -217,6 +206,7 @@ mod tests {
             "btl_tcp_eager_limit=65536",
             "--param=btl=^tcp",
             "--tag-output",
+            "--bind-to=core",
             "--",
             "prog",
             "-n",
@@ -226,51 +216,56 @@ mod tests {
         assert_eq!(spec.size, 4);
         assert_eq!(spec.program, "prog");
         assert_eq!(spec.args, vec![OsString::from("-n"), OsString::from("x")]);
-        assert!(spec.tag_output);
+        assert!(spec.tag_output && spec.bind_to_core);
         assert_eq!(
             spec.env,
             vec![
+                (COMMAND_LINE_VAR.into(), "btl_tcp_eager_limit,btl".into()),
                 ("FIREOPAL_BTL_TCP_EAGER_LIMIT".into(), "65536".into()),
                 ("FIREOPAL_BTL".into(), "^tcp".into()),
             ]
         );
-        let spec = parse(&args(&["-n=2", "prog", "--tag-output"])).unwrap();
+        let spec = parse(&args(&["-n=2", "prog", "--tag-output", "-h"])).unwrap();
         assert_eq!(spec.size, 2);
         assert!(!spec.tag_output);
-        assert_eq!(spec.args, vec![OsString::from("--tag-output")]);
+        assert_eq!(spec.args, [OsString::from("--tag-output"), "-h".into()]);
+        assert!(spec.env.is_empty());
     }
 
     #[test]
     fn rejects_bad_command_lines() {
-        let err = |list: &[&str]| parse(&args(list)).unwrap_err();
-        assert_eq!(err(&["prog"]), UsageError::MissingCount);
-        assert_eq!(err(&["-n", "0", "prog"]), UsageError::BadCount("0".into()));
+        let err = |list: &[&str]| match parse(&args(list)) {
+            Err(Stop::Usage(why)) => why,
+            other => panic!("{list:?}: {other:?}"),
+        };
+        let is = |e: UsageError| e.to_string();
+        assert_eq!(err(&["prog"]), is(UsageError::MissingCount));
+        assert_eq!(
+            err(&["-n", "0", "prog"]),
+            is(UsageError::BadCount("0".into()))
+        );
         assert_eq!(
             err(&["-n", "four", "prog"]),
-            UsageError::BadCount("four".into())
+            is(UsageError::BadCount("four".into()))
         );
-        assert_eq!(err(&["-n"]), UsageError::MissingValue("-n"));
-        assert_eq!(err(&["-n", "2"]), UsageError::MissingProgram);
-        assert_eq!(err(&["-n", "2", "--"]), UsageError::MissingProgram);
+        assert_eq!(err(&["-n"]), "-n needs a value");
+        assert_eq!(err(&["-n", "2"]), is(UsageError::MissingProgram));
+        assert_eq!(err(&["-n", "2", "--"]), is(UsageError::MissingProgram));
         assert_eq!(
             err(&["-n", "2", "--verbose", "p"]),
-            UsageError::UnknownOption("--verbose".into())
+            "unknown option \"--verbose\""
         );
-        assert!(matches!(
-            err(&["-n", "2", "--param", "novalue", "p"]),
-            UsageError::BadParam { .. }
-        ));
-        assert!(matches!(
-            err(&["-n", "2", "--param", "=1", "p"]),
-            UsageError::BadParam { .. }
-        ));
-        assert!(matches!(
-            err(&["-n", "2", "--param", "Btl-X=1", "p"]),
-            UsageError::BadParam { .. }
-        ));
         assert_eq!(
-            err(&["-n", "2", "--param"]),
-            UsageError::MissingValue("--param")
+            err(&["-n", "2", "--bind-to", "socket", "p"]),
+            "--bind-to \"socket\": expected core or none"
         );
+        for bad in ["novalue", "=1", "Btl-X=1"] {
+            assert!(
+                err(&["-n", "2", "--param", bad, "p"]).starts_with("malformed --param"),
+                "{bad}"
+            );
+        }
+        assert_eq!(err(&["-n", "2", "--param"]), "--param needs a value");
+        assert_eq!(parse(&args(&["-n", "2", "--help"])).err(), Some(Stop::Help));
     }
 }

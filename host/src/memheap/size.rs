@@ -155,8 +155,9 @@ impl std::error::Error for SizeError {}
 pub struct SymmetricSize {
     /// Bytes per process.
     pub bytes: u64,
-    /// `command line`, `environment FIREOPAL_SYMMETRIC_SIZE`, `environment
-    /// SHMEM_SYMMETRIC_SIZE` or `default`.
+    /// `default`, or a [`Source`]'s text: `the command line (--param
+    /// symmetric_size=...)`, `the environment (FIREOPAL_SYMMETRIC_SIZE=...)`
+    /// or `the environment (SHMEM_SYMMETRIC_SIZE=...)`.
     pub from: String,
 }
 
@@ -204,11 +205,13 @@ pub fn resolve_symmetric_size(options: &Options) -> Result<SymmetricSize, SizeEr
         });
     }
     if let Some(value) = shmem {
-        let bytes = parse_symmetric_size(&value)
-            .map_err(|reason| SizeError::ShmemVariable { value, reason })?;
+        let bytes = parse_symmetric_size(&value).map_err(|reason| SizeError::ShmemVariable {
+            value: value.clone(),
+            reason,
+        })?;
         return Ok(SymmetricSize {
             bytes,
-            from: format!("environment {SHMEM_SYMMETRIC_SIZE}"),
+            from: Source::Environment(format!("{SHMEM_SYMMETRIC_SIZE}={value}")).to_string(),
         });
     }
     Ok(SymmetricSize {
@@ -290,7 +293,7 @@ mod tests {
         let shmem = [("SHMEM_SYMMETRIC_SIZE", "2m")];
         assert_eq!(
             r(&shmem, &[]),
-            Ok((2 << 20, "environment SHMEM_SYMMETRIC_SIZE".into()))
+            Ok((2 << 20, "the environment (SHMEM_SYMMETRIC_SIZE=2m)".into()))
         );
         let both = [
             ("SHMEM_SYMMETRIC_SIZE", "2m"),
@@ -298,11 +301,17 @@ mod tests {
         ];
         assert_eq!(
             r(&both, &[]),
-            Ok((3 << 20, "environment FIREOPAL_SYMMETRIC_SIZE".into()))
+            Ok((
+                3 << 20,
+                "the environment (FIREOPAL_SYMMETRIC_SIZE=3m)".into()
+            ))
         );
         assert_eq!(
             r(&both, &[("symmetric_size", "1.5m")]),
-            Ok((3 << 19, "command line".into()))
+            Ok((
+                3 << 19,
+                "the command line (--param symmetric_size=1.5m)".into()
+            ))
         );
         // Ours set: a bad SHMEM value is never read.
         let ours_wins = [

@@ -13,7 +13,6 @@
 //! completes without moving the data fails the bench.
 
 use std::cell::Cell;
-use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ use super::{
 };
 use crate::btl::{MemoryHandle, Messenger, SendTicket};
 use crate::cli::json::Json;
-use crate::cli::CommonArgs;
+use crate::cli::{CommonArgs, Failure};
 
 /// Rank 0 tells rank 1 that the last operation completed.
 const TAG_DONE: u8 = 3;
@@ -60,54 +59,6 @@ impl Op {
     }
 }
 
-/// Entry point of `fireopal bench put|get`; `args` follow the operation.
-pub(super) fn main(op: Op, args: &[String]) -> ExitCode {
-    let usage = format!(
-        "usage: fireopal bench {} [--btl NAME] [--json] [--quick] [--param name=value]...
-run it under `fireopal run -n 2`, or alone to reach this process itself",
-        op.name()
-    );
-    let (mut json, mut quick, mut btl, mut expect_btl) = (false, false, None, false);
-    let parsed = CommonArgs::parse(args, |a| {
-        if expect_btl {
-            btl = Some(a.to_owned());
-            expect_btl = false;
-            return true;
-        }
-        match a {
-            "--json" => json = true,
-            "--quick" => quick = true,
-            "--btl" => expect_btl = true,
-            _ => match a.strip_prefix("--btl=") {
-                Some(v) => btl = Some(v.to_owned()),
-                None => return false,
-            },
-        }
-        true
-    });
-    let mut common = match parsed {
-        Ok(_) if expect_btl => {
-            eprintln!("fireopal bench: --btl needs a value\n{usage}");
-            return ExitCode::from(2);
-        }
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("fireopal bench: {e}\n{usage}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(name) = btl {
-        common.params.push(("btl".to_owned(), name));
-    }
-    match run(op, &common, json, quick) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fireopal bench: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
 /// A byte pattern that differs per rank and per position.
 fn pattern(rank: u32, len: usize) -> Vec<u8> {
     (0..len)
@@ -121,7 +72,8 @@ struct Target {
     key: Vec<u8>,
 }
 
-fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), String> {
+/// Runs `fireopal bench put` or `get`.
+pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Failure> {
     // The registry stays alive as long as the modules it opened.
     let Pair {
         mut boot,
@@ -138,7 +90,8 @@ fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Strin
             "btl {} offers no {} to rank {peer}",
             route.component,
             op.name()
-        ));
+        )
+        .into());
     }
     let done = Rc::new(Cell::new(0u64));
     {
@@ -231,7 +184,7 @@ fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Strin
         ops.issue(WINDOW_BYTES)?;
         ops.complete_all()?;
         if op == Op::Get && local != pattern(peer, WINDOW_BYTES) {
-            return Err(format!("get read wrong bytes from rank {peer}'s window"));
+            return Err(format!("get read wrong bytes from rank {peer}'s window").into());
         }
         if size == 2 {
             send_done(&mut m, peer)?;

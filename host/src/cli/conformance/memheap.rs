@@ -13,8 +13,9 @@
 use std::collections::BTreeMap;
 
 use crate::bootstrap::Bootstrap;
+use crate::cli::{open_registry, Failure};
 use crate::memheap::{SymmetricHeap, DEFAULT_ALIGN};
-use crate::plugin::{Options, Registry};
+use crate::plugin::Options;
 
 /// Size of the heap the checks run on.
 const HEAP_BYTES: u64 = 8 << 20;
@@ -413,21 +414,17 @@ pub(super) fn run(
     name: &str,
     mut params: Vec<(String, String)>,
     cases: &[(&'static str, Case)],
-) -> Result<bool, String> {
+) -> Result<bool, Failure> {
     let boot = Bootstrap::init().map_err(|e| e.to_string())?;
     params.push(("memheap".into(), name.into()));
-    let registry = Registry::open(&Options {
+    let registry = open_registry(&Options {
         command_line: params,
         job: boot.job_info(),
         ..Options::default()
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let heap = SymmetricHeap::with_size(&registry, HEAP_BYTES).map_err(|e| e.to_string())?;
     if heap.component() != name {
-        return Err(format!(
-            "the heap is served by {}, not {name}",
-            heap.component()
-        ));
+        return Err(format!("the heap is served by {}, not {name}", heap.component()).into());
     }
     let (rank, size) = (boot.rank(), boot.size());
     let mut c = Ctx {
@@ -436,7 +433,7 @@ pub(super) fn run(
         rank,
         size,
     };
-    let ok = super::run_cases(rank, &mut c, cases);
+    let ok = super::run_cases(rank, &mut c, cases).failed == 0;
     c.boot.finalize().map_err(|e| e.to_string())?;
     Ok(ok)
 }
