@@ -1254,7 +1254,7 @@ impl State {
         let pending = std::mem::take(&mut peer.pending);
         self.active.retain(|&a| a != p);
         self.log(
-            LogLevel::Error,
+            LogLevel::Warn,
             &format!("shm: rank {rank} failed: {error}"),
         );
         self.events.push_back(Event::PeerFailed(rank, error));

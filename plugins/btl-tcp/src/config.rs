@@ -132,7 +132,7 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
     r.register(
         MAX_UNAUTHENTICATED,
         ParamValue::UInt(DEFAULT_MAX_UNAUTHENTICATED),
-        "incoming connections held before they authenticate; more are refused",
+        "incoming connections held before they authenticate; beyond it, or beyond half of it from one address, the oldest is dropped to make room",
     )?;
     r.register(
         KEEPALIVE_TIME,

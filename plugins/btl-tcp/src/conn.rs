@@ -155,6 +155,8 @@ impl Conn {
             .remote
             .map_or_else(|| "unknown address".to_owned(), |a| a.to_string());
         match self.peer {
+            // Claimed in a Hello, not proved: name the address first.
+            Some(r) if self.phase.accepted() => format!("{addr} (claiming rank {r})"),
             Some(r) => format!("rank {r} ({addr})"),
             None => addr,
         }

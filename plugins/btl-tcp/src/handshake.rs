@@ -22,7 +22,7 @@ use fireopal_abi::btl::Rank;
 use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::wire::handshake::{
-    Challenge, Hello, Proof, Role, Transcript, Verdict, NONCE_LEN,
+    Challenge, HandshakeError, Hello, Proof, Role, Transcript, Verdict, NONCE_LEN,
 };
 
 use crate::conn::{Conn, ConnId, Phase, Rx};
@@ -77,22 +77,9 @@ impl TcpModule {
                     return;
                 }
             };
-            let pending = self
-                .conns
-                .ids()
-                .into_iter()
-                .filter(|&id| self.conns.get(id).is_some_and(|c| c.phase.accepted()))
-                .count();
             let from = remote.map_or_else(|| "unknown address".to_owned(), |a| a.to_string());
-            if pending >= self.settings.max_unauthenticated {
-                self.log(
-                    LogLevel::Warn,
-                    &format!(
-                        "refused connection from {from}: {pending} connections are still authenticating"
-                    ),
-                );
-                continue;
-            }
+            let now = Instant::now();
+            self.make_room(remote.map(|a| a.ip()), now);
             // Best effort: latency only.
             let _ = sock.set_nodelay();
             if let Err(e) =
@@ -105,7 +92,7 @@ impl TcpModule {
                     ),
                 );
             }
-            let deadline = Instant::now() + self.settings.handshake_timeout;
+            let deadline = now + self.settings.handshake_timeout;
             let mut conn = Conn::new(sock, Phase::AwaitHello, None, deadline);
             conn.remote = remote;
             let id = self.conns.insert(conn);
@@ -143,6 +130,9 @@ impl TcpModule {
         };
         if let Some(e) = failure {
             let who = conn.describe();
+            if self.redial_later(rank, id, &format!("cannot connect: {e}")) {
+                return;
+            }
             self.fail_peer(
                 rank,
                 PluginError::new(
@@ -191,8 +181,29 @@ impl TcpModule {
             Ok(n) => format!("took only {n} of {} handshake bytes", bytes.len()),
             Err(e) => e.to_string(),
         };
-        self.reject(id, &format!("handshake write failed: {error}"));
+        self.cut(id, &format!("handshake write failed: {error}"));
         false
+    }
+
+    /// Ends a connection whose handshake was cut by the network or the
+    /// other end (closed, reset): one we dialled is dialled again while
+    /// attempts remain; otherwise as [`Self::reject`].
+    fn cut(&mut self, id: ConnId, reason: &str) {
+        let Some(conn) = self.conns.get(id) else {
+            return;
+        };
+        if !conn.phase.accepted() {
+            if let Some(rank) = conn.peer {
+                let ours = self
+                    .peers
+                    .get(&rank)
+                    .is_some_and(|p| matches!(p.state, PeerState::Connecting(c) if c == id));
+                if ours && self.redial_later(rank, id, reason) {
+                    return;
+                }
+            }
+        }
+        self.reject(id, reason);
     }
 
     /// Ends a connection that failed its handshake: an accepted one is
@@ -203,11 +214,9 @@ impl TcpModule {
         };
         let who = conn.describe();
         if conn.phase.accepted() {
-            self.log(
-                LogLevel::Warn,
-                &format!("dropped connection from {who}: {reason}"),
-            );
+            let addr = conn.remote.map(|a| a.ip());
             self.close_conn(id);
+            self.report_stranger(addr, Instant::now(), reason);
             return;
         }
         let Some(rank) = conn.peer else {
@@ -273,11 +282,21 @@ impl TcpModule {
                 return Step::Closed;
             }
             Err(e) => {
-                self.reject(id, &format!("read failed: {e}"));
+                self.cut(id, &format!("read failed: {e}"));
                 return Step::Closed;
             }
         }
         if conn.hs_have < want {
+            // A stranger is told apart by its first bytes: it does not
+            // wait for the deadline.
+            if matches!(expect, Expect::Hello) {
+                if let Err(e) = Hello::parse(&conn.hs_buf[..conn.hs_have]) {
+                    if !matches!(e, HandshakeError::BadLength { .. }) {
+                        self.reject(id, &e.to_string());
+                        return Step::Closed;
+                    }
+                }
+            }
             return Step::Wait;
         }
         conn.hs_have = 0;
@@ -307,7 +326,7 @@ impl TcpModule {
             );
             self.close_conn(id);
         } else {
-            self.reject(id, "closed by the peer during the handshake");
+            self.cut(id, "closed by the peer during the handshake");
         }
     }
 
@@ -426,7 +445,9 @@ impl TcpModule {
             .entry(rank)
             .or_insert_with(|| crate::module::Peer::new(None));
         let verdict = match &peer.state {
-            PeerState::Idle | PeerState::AwaitingIncoming(_) => Verdict::Accept,
+            PeerState::Idle | PeerState::AwaitingIncoming(_) | PeerState::Redial(_) => {
+                Verdict::Accept
+            }
             PeerState::Connecting(ours) if rank < self.me => {
                 // The lower rank's connection wins: drop our attempt.
                 let ours = *ours;
@@ -514,6 +535,7 @@ impl TcpModule {
         let who = conn.describe();
         if let Some(p) = self.peers.get_mut(&rank) {
             p.state = PeerState::Established(id);
+            p.redials = 0;
         }
         self.log(
             LogLevel::Info,

@@ -43,6 +43,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod admission;
 mod align;
 mod config;
 mod conn;

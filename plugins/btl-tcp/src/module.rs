@@ -57,6 +57,7 @@ use fireopal_core::wire::frame::{
     PAYLOAD_ALIGN,
 };
 
+use crate::admission::StrangerReport;
 use crate::align::{payload_pad, piece_limit};
 use crate::config::{Settings, MAX_HEADER};
 use crate::conn::{ConnId, Dest, Finish, Phase, Slab};
@@ -86,6 +87,9 @@ pub(crate) enum PeerState {
     AwaitingIncoming(Instant),
     /// Frames flow on this connection.
     Established(ConnId),
+    /// Our connection was cut before its handshake ended; dial again at
+    /// this time (see [`crate::admission`]).
+    Redial(Instant),
     /// The peer failed; every call for it fails with this error.
     Failed(PluginError),
 }
@@ -97,6 +101,8 @@ pub(crate) struct Peer {
     pub(crate) target: Option<Target>,
     pub(crate) state: PeerState,
     pub(crate) queue: SendQueue,
+    /// Dials after the first since the last established connection.
+    pub(crate) redials: u32,
 }
 
 impl Peer {
@@ -105,6 +111,7 @@ impl Peer {
             target,
             state: PeerState::Idle,
             queue: SendQueue::default(),
+            redials: 0,
         }
     }
 }
@@ -188,6 +195,10 @@ pub struct TcpModule {
     hot: Option<ConnId>,
     /// Calls in a row that skipped epoll because `hot` delivered.
     epoll_skips: u32,
+    /// Dropped strangers, reported by address and rate-limited.
+    pub(crate) strangers: StrangerReport,
+    /// Peers in [`PeerState::Redial`] (an upper bound).
+    pub(crate) redials_waiting: usize,
 }
 
 impl std::fmt::Debug for TcpModule {
@@ -261,6 +272,8 @@ impl TcpModule {
             calls: 0,
             hot: None,
             epoll_skips: 0,
+            strangers: StrangerReport::default(),
+            redials_waiting: 0,
         })
     }
 
@@ -379,6 +392,8 @@ impl TcpModule {
         match &peer.state {
             PeerState::Failed(e) => Err(e.clone()),
             PeerState::Idle => self.connect(rank),
+            // Queued; the next dial carries it.
+            PeerState::Redial(_) => Ok(()),
             _ => Ok(()),
         }
     }
@@ -575,11 +590,9 @@ impl TcpModule {
             let who = conn.describe();
             let ms = self.settings.handshake_timeout.as_millis();
             if conn.phase.accepted() {
-                self.log(
-                    LogLevel::Warn,
-                    &format!("dropped connection from {who}: no handshake within {ms} ms"),
-                );
+                let addr = conn.remote.map(|a| a.ip());
                 self.close_conn(id);
+                self.report_stranger(addr, now, &format!("no handshake within {ms} ms"));
             } else if let Some(rank) = conn.peer {
                 let ours = self
                     .peers
@@ -598,6 +611,7 @@ impl TcpModule {
                 }
             }
         }
+        self.flush_stranger_report(now);
         let late: Vec<Rank> = self
             .peers
             .iter()
@@ -1089,6 +1103,9 @@ impl Transport for TcpModule {
         self.calls = self.calls.wrapping_add(1);
         if self.calls % SWEEP_EVERY == 0 {
             let now = Instant::now();
+            if self.redials_waiting > 0 {
+                self.redial_due(now);
+            }
             if now >= self.next_sweep {
                 self.sweep(now);
                 self.next_sweep = now + sweep_interval(self.settings.handshake_timeout);
