@@ -47,12 +47,15 @@ mod admission;
 mod align;
 mod config;
 mod conn;
+mod failure;
 mod handshake;
 mod module;
+mod peers;
 mod queue;
 mod rdma;
 mod receive;
 mod select;
+mod send;
 mod sys;
 
 use std::net::SocketAddr;

@@ -22,9 +22,10 @@ use fireopal_core::wire::frame::{
 
 use crate::align::{payload_pad, AlignedBuf};
 use crate::conn::{ConnId, Dest, Finish, Large, Rx};
-use crate::module::{TcpModule, ZEROS};
+use crate::module::TcpModule;
 use crate::queue::{Done, OutItem, RegionPart};
 use crate::rdma::{status_error, OpKind};
+use crate::send::ZEROS;
 use crate::sys::{copy_to_region, Recv, Socket};
 use fireopal_core::copy::copy_bytes;
 
