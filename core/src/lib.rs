@@ -9,6 +9,8 @@
 //! - [`buddy`]: the buddy allocator behind the symmetric heap;
 //! - [`shmq`]: layout and checks of the shared-memory transport's queues,
 //!   fast boxes and control messages;
+//! - [`checksum`]: Fletcher-64, the shared-memory transport's optional
+//!   check of what it writes;
 //! - [`copy`]: bulk copies that keep their speed at any alignment;
 //! - [`component`]: plain data shared by host and plugins (versions,
 //!   component names);
@@ -31,6 +33,7 @@ mod codes;
 pub mod am;
 pub mod auth;
 pub mod buddy;
+pub mod checksum;
 pub mod component;
 pub mod copy;
 mod cpu;
