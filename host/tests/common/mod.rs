@@ -45,6 +45,24 @@ fn newest_under(dir: &Path) -> Option<SystemTime> {
     newest
 }
 
+/// `args` with `-p <package>` replaced by `--workspace`: a build of one
+/// package resolves features for it alone, unlike the `cargo test` of the
+/// workspace that built this test, and its plugin files (named without a
+/// hash) would overwrite that build's and have it recompile them
+/// (tests/tests/build_reuse.rs).
+fn workspace_wide<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut out = vec!["--workspace"];
+    let mut it = args.iter();
+    while let Some(&arg) = it.next() {
+        if arg == "-p" {
+            it.next();
+        } else {
+            out.push(arg);
+        }
+    }
+    out
+}
+
 /// Builds `output` with `cargo build <args>` unless it is newer than every
 /// input (files, or directories taken by their newest file); returns it.
 pub(crate) fn built(output: PathBuf, inputs: &[PathBuf], args: &[&str]) -> Result<PathBuf, String> {
@@ -56,7 +74,7 @@ pub(crate) fn built(output: PathBuf, inputs: &[PathBuf], args: &[&str]) -> Resul
         return Ok(output);
     }
     let mut cargo = Command::new(env!("CARGO"));
-    cargo.arg("build").args(args);
+    cargo.arg("build").args(workspace_wide(args));
     if profile_dir().file_name().is_some_and(|n| n == "release") {
         cargo.arg("--release");
     }
