@@ -305,6 +305,30 @@ pub trait EventSink {
 /// Every method is called by one thread at a time (the module is `Send`,
 /// not `Sync`). The adapter made by [`crate::export_btl_component!`] turns
 /// a panic in any method into an error and poisons the module.
+///
+/// # Lifetime
+///
+/// There is no close call. A module lives until the host drops the object
+/// that owns it: the messenger (`fireopal::btl::Messenger`) holds every
+/// module it opened until it is itself dropped, which a runtime does at
+/// its end or never (a process that exits without unwinding drops
+/// nothing). `Drop` then runs in the plugin, on the dropping thread, with
+/// operations possibly still pending: none of them is reported, and a
+/// panic in `Drop` aborts the process (abi_stable's destructor is not
+/// behind the panic firewall). The plugin library itself is never
+/// unloaded, so its code and statics outlive every module.
+///
+/// # Errors
+///
+/// An `Err` from [`progress`](Transport::progress) stops the host's
+/// `Messenger::progress` at that module and is returned to the runtime;
+/// the messenger does not skip, disable or drop the module, and the
+/// `fireopal` command and the examples end the rank on it, and with it
+/// the job. Report one peer's trouble with
+/// [`EventSink::peer_failed`] and one operation's with its completion;
+/// return `Err` only when the module as a whole cannot go on. An `Err`
+/// from `attributes`, `address` or `add_peers` during setup fails
+/// `Messenger::init` the same way.
 pub trait Transport: Send + 'static {
     /// The module's limits and figures; called once after `open`.
     fn attributes(&self) -> Result<BtlAttributes, PluginError>;
@@ -314,20 +338,44 @@ pub trait Transport: Send + 'static {
 
     /// Adds peers; answers one [`Reachability`] per entry, in order. May be
     /// called several times; a rank added twice keeps the first address.
+    ///
+    /// The messenger calls it once, at setup, with every rank that
+    /// published an address for this module, **this process's own rank
+    /// included** (its own [`address`](Transport::address)): a module that
+    /// does not loop back to its own process answers `Unreachable` for it
+    /// (the built-in `self` transport serves that rank). An answer list of
+    /// the wrong length is refused by the adapter as an error.
     fn add_peers(&mut self, peers: &[PeerAddress<'_>]) -> Result<Vec<Reachability>, PluginError>;
 
-    /// Forgets a peer; pending operations to it fail with their cookies.
+    /// Forgets a peer: later calls naming it fail, and every pending
+    /// `send`, `send_in_place`, `put` and `get` to it fails with its cookie.
+    /// This method has no [`EventSink`], so those completions are kept and
+    /// reported, each once and with an error, by the following
+    /// [`progress`](Transport::progress) calls (as tcp and shm do); no
+    /// `peer_failed` is reported for a removed peer. The messenger does not
+    /// call it yet.
     fn remove_peer(&mut self, _peer: Rank) -> Result<(), PluginError> {
         Ok(())
     }
 
     /// Immediate send of `header` + `payload` with `tag`.
     ///
-    /// All or nothing: either the whole message leaves now and `Sent` is
-    /// returned (no completion follows), or nothing at all is sent and
-    /// `Busy` is returned. It must answer `Busy` when earlier sends to
-    /// `peer` are still queued, so order per peer holds. Messages larger
-    /// than [`BtlAttributes::max_sendi_size`] are `Busy`.
+    /// All or nothing, as the caller sees it: `Sent` means the module has
+    /// taken the whole message, `Busy` that it took none of it. No
+    /// completion follows either answer, and the caller's buffers are free
+    /// when it returns. It must answer `Busy` when earlier sends to `peer`
+    /// are still queued, so order per peer holds. Messages larger than
+    /// [`BtlAttributes::max_sendi_size`] are `Busy`.
+    ///
+    /// `Sent` does not require every byte to be on the wire: when the
+    /// device takes only the start of the message, a module may copy the
+    /// rest, queue it to go out whole and in order from `progress`, and
+    /// answer `Sent` (tcp does this when a socket takes part of a frame).
+    /// The peer then has queued bytes, so following `sendi`s to it answer
+    /// `Busy` until they are written; if the peer fails first, its
+    /// `peer_failed` is the only report, since a `sendi` has no cookie.
+    /// `Busy` must mean nothing of the message reached the peer or stayed
+    /// in the module.
     fn sendi(
         &mut self,
         peer: Rank,
@@ -553,6 +601,11 @@ pub trait BtlComponentImpl: 'static {
     /// (as Open MPI's component init returns an array of modules), so the
     /// host can rank and stripe across them. Called only after `query`
     /// answered `Available`; an empty list means nothing usable was found.
+    ///
+    /// An `Err` fails `Messenger::init`, which the runtimes of this project
+    /// treat as fatal: the rank ends and the job with it, and no other
+    /// transport is tried instead. A component that finds nothing usable
+    /// should answer `Unavailable` from `query`, or return an empty list.
     fn open(host: Host) -> Result<Vec<Self::Module>, PluginError>;
 }
 

@@ -23,16 +23,47 @@
 //! [`ErrorKind::PANICKED`] and poisons the module instead of aborting the
 //! process.
 //!
+//! # What the host guarantees, and expects
+//!
+//! Each method's doc comment holds its contract; these points cut across
+//! them:
+//!
+//! - **Peers.** [`btl::Transport::add_peers`] receives every rank that
+//!   published an address for the module, the process's own rank
+//!   included.
+//! - **`sendi`.** `Sent` means the module took the whole message, not
+//!   that every byte left: it may keep the rest and send it from
+//!   `progress` ([`btl::Transport::sendi`]).
+//! - **Lifetime.** There is no close call. Modules are dropped with the
+//!   host object that owns them (the messenger, the symmetric heap), and
+//!   plugin libraries are never unloaded ([`btl::Transport`],
+//!   [`memheap::Allocator`]).
+//! - **Removed peers.** [`btl::Transport::remove_peer`] has no event
+//!   sink: the failed completions of the peer's pending operations are
+//!   reported by the next `progress` calls.
+//! - **Errors.** An error from `open` or from `progress` ends the job
+//!   today: the messenger has no fallback for either
+//!   ([`btl::BtlComponentImpl::open`], [`btl::Transport`]).
+//! - **The job key.** [`host::JobInfo::job_key`] is a random secret shared
+//!   by the ranks of one job. A transport that accepts connections proves
+//!   a peer holds it without sending it: HMAC-SHA256 over a nonce the
+//!   other side chose. The helpers are in the `fireopal-core` crate (no
+//!   dependency of this one): `fireopal_core::auth` (`hmac_sha256`,
+//!   `HmacSha256`, `tags_equal`, which compares in constant time), and
+//!   `fireopal_core::wire::handshake` is tcp's handshake built on them.
+//!
 //! # Evolution
 //!
 //! Root modules are `abi_stable` prefix types and the module traits are
 //! `#[sabi_trait]`s: new fields and methods are only ever appended (after
 //! `last_prefix_field`, with defaults). This crate stays on one `0.x` minor
-//! per interface generation; abi_stable rejects a plugin built against an
-//! older minor than the host's. Within a generation, a plugin built
+//! per interface generation; a plugin built against another minor than
+//! the host's is refused, an older one by abi_stable's version check, a
+//! newer one by its layout check (the types' package versions differ). Within a generation, a plugin built
 //! against a later release (with methods appended) loads into an earlier
 //! host; a plugin built before an append is refused by a host that has it
-//! ("incompatible interface ... too many fields"), and must be rebuilt.
+//! ("incompatible interface: ... field counts differ (this host: 18, the
+//! plugin: 16); rebuild the plugin against fireopal-abi 0.1.0").
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

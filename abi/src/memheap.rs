@@ -77,6 +77,11 @@ pub struct MemheapStats {
 }
 
 /// A symmetric-heap allocator as a plugin author writes it.
+///
+/// There is no close call: the host's symmetric heap owns the module and
+/// drops it when the heap is dropped, before it unmaps the segment. A
+/// panic in `Drop` aborts the process (it is not behind the panic
+/// firewall); the plugin library is never unloaded.
 pub trait Allocator: Send + 'static {
     /// Takes over `segment`; called once before any other method.
     fn init(&mut self, segment: Segment) -> Result<(), PluginError>;

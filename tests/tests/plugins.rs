@@ -533,21 +533,40 @@ fn every_broken_plugin_is_reported_and_the_rest_still_work() {
         LoadError::MissingDependency(d) => assert!(d.contains("libvanished.so"), "{d}"),
         other => panic!("needsdep: {other}"),
     }
+    let rebuild = format!(
+        "; rebuild the plugin against fireopal-abi {}",
+        fireopal_abi::INTERFACE_VERSION
+    );
     match not_loaded("skew") {
-        LoadError::IncompatibleInterface(lines) => {
-            assert!(lines.starts_with("Error:"), "{lines}");
-            assert!(!lines.contains('\n'), "{lines}");
+        e @ LoadError::IncompatibleInterface(_) => {
+            let text = e.to_string();
+            let differ = "incompatible interface: its fireopal-abi types differ from this host's: ";
+            assert!(text.starts_with(differ), "{text}");
+            assert!(text.ends_with(&rebuild), "{text}");
+            assert!(!text.contains('\n') && !text.contains("Error:"), "{text}");
         }
         other => panic!("skew: {other}"),
     }
-    // Built before `register_segment` was appended: refused, and told why.
+    // Built before two methods were appended: refused, with the counts
+    // the right way round, and told what to rebuild against.
     match not_loaded("older") {
-        LoadError::IncompatibleInterface(lines) => {
-            assert!(lines.contains("fields"), "{lines}");
+        e @ LoadError::IncompatibleInterface(_) => {
+            let text = e.to_string();
+            let counts = text
+                .split("field counts differ (this host: ")
+                .nth(1)
+                .and_then(|rest| rest.split_once(')'))
+                .and_then(|(pair, _)| pair.split_once(", the plugin: "))
+                .and_then(|(h, p)| Some((h.parse::<u32>().ok()?, p.parse::<u32>().ok()?)));
+            let (host, plugin) = counts.unwrap_or_else(|| panic!("no field counts in {text}"));
+            assert_eq!(host, plugin + 2, "{text}");
+            assert!(text.ends_with(&rebuild), "{text}");
         }
         other => panic!("older: {other}"),
     }
-    match not_loaded("old") {
+    let old = not_loaded("old");
+    assert!(old.to_string().ends_with(&rebuild), "{old}");
+    match old {
         LoadError::IncompatibleVersion { plugin, host } => {
             assert_eq!(plugin, "0.0.9");
             assert_eq!(host, fireopal_abi::INTERFACE_VERSION);
@@ -645,7 +664,7 @@ fn fireopal_info_built_before_the_plugins_lists_them_with_reasons() {
         "not a loadable library",
         "exports no root module",
         "missing dependent library",
-        "incompatible interface (plugin built against different fireopal-abi types): Error: ",
+        "incompatible interface: its fireopal-abi types differ from this host's: ",
         "incompatible interface version: plugin built against fireopal-abi 0.0.9",
         "query failed: panicked: query of boom exploded on purpose",
         r#""name":"btl_alpha_priority","owner":"btl alpha","type":"uint","value":30"#,

@@ -169,6 +169,7 @@ fn to_json(r: &Registry) -> Json {
                     .collect(),
             ),
         ),
+        ("skipped", skipped_json(r)),
         ("components", Json::Arr(components)),
         ("parameters", Json::Arr(params)),
         (
@@ -196,6 +197,7 @@ fn to_text(r: &Registry) -> String {
     for p in r.search_path() {
         let _ = writeln!(out, "  {}", p.display());
     }
+    out.push_str(&skipped_text(r));
     let _ = writeln!(out, "\ncomponents:");
     let versions: Vec<String> = r
         .components()
@@ -253,4 +255,32 @@ fn shown(v: &ParamValue) -> String {
         t if t.is_empty() => "empty".to_owned(),
         t => format!("{t:?}"),
     }
+}
+
+/// The `skipped:` section: what the plugin search passed over, and why.
+fn skipped_text(r: &Registry) -> String {
+    let mut out = String::new();
+    if !r.skipped().is_empty() {
+        out.push_str("\nskipped:\n");
+        for s in r.skipped() {
+            out.push_str(&format!("  {s}\n"));
+        }
+    }
+    out
+}
+
+/// `skipped` of the JSON output: path, reason code and reason text.
+fn skipped_json(r: &Registry) -> Json {
+    Json::Arr(
+        r.skipped()
+            .iter()
+            .map(|s| {
+                Json::Obj(vec![
+                    ("path", Json::str(s.path.display().to_string())),
+                    ("code", Json::str(s.reason.code())),
+                    ("reason", Json::str(s.reason.to_string())),
+                ])
+            })
+            .collect(),
+    )
 }

@@ -5,7 +5,10 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use fireopal_core::component::{check_component_name, parse_plugin_file_name};
+use fireopal_core::component::{
+    check_component_name, check_framework_name, parse_plugin_file_name, NameError,
+    PLUGIN_FILE_PREFIX, PLUGIN_FILE_SUFFIX,
+};
 
 /// Directories searched for plugins, in order:
 /// `plugin_path` entries (colon-separated, from `--param plugin_path=` or
@@ -46,29 +49,189 @@ pub struct Candidate {
     pub path: PathBuf,
 }
 
+/// Why a search-path entry was passed over without being opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// A search-path directory that does not exist.
+    NoSuchDirectory,
+    /// A search-path entry that is not a directory.
+    NotADirectory,
+    /// A search-path directory that could not be listed.
+    Unreadable(std::io::ErrorKind),
+    /// Named like a plugin, but a symbolic link to nothing.
+    DanglingSymlink,
+    /// Named like a plugin, but a directory.
+    Directory,
+    /// Named like a plugin, but neither a file nor a directory (a FIFO, a
+    /// socket, a device).
+    NotAFile,
+    /// `libfireopal_*.so`, but the name is not valid UTF-8.
+    NameNotUtf8,
+    /// `libfireopal_<x>.so` with no `_` between framework and component.
+    NoComponent,
+    /// The framework part of the name is not a valid framework name.
+    BadFramework(NameError),
+    /// The component part of the name is not a valid component name.
+    BadComponent(NameError),
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const FORM: &str = "not named libfireopal_<framework>_<component>.so";
+        match self {
+            Self::NoSuchDirectory => f.write_str("no such directory"),
+            Self::NotADirectory => f.write_str("not a directory"),
+            Self::Unreadable(kind) => write!(f, "cannot list the directory: {kind}"),
+            Self::DanglingSymlink => f.write_str("symbolic link to a file that does not exist"),
+            Self::Directory => f.write_str("a directory, not a library"),
+            Self::NotAFile => f.write_str("not a regular file"),
+            Self::NameNotUtf8 => write!(f, "{FORM}: the name is not UTF-8"),
+            Self::NoComponent => write!(f, "{FORM}: no framework or no component part"),
+            Self::BadFramework(e) => write!(f, "{FORM}: framework part: {e}"),
+            Self::BadComponent(e) => write!(f, "{FORM}: component part: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SkipReason {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::BadFramework(e) | Self::BadComponent(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl SkipReason {
+    /// A stable snake_case code for machine-readable output.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NoSuchDirectory => "no_such_directory",
+            Self::NotADirectory => "not_a_directory",
+            Self::Unreadable(_) => "unreadable_directory",
+            Self::DanglingSymlink => "dangling_symlink",
+            Self::Directory => "directory",
+            Self::NotAFile => "not_a_file",
+            Self::NameNotUtf8 => "name_not_utf8",
+            Self::NoComponent => "bad_name",
+            Self::BadFramework(_) => "bad_framework_name",
+            Self::BadComponent(_) => "bad_component_name",
+        }
+    }
+}
+
+/// A search-path directory, or an entry named like a plugin, that was
+/// passed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The directory or file.
+    pub path: PathBuf,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
+/// What [`scan`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Plugin files, in search-path order and within a directory by name.
+    pub candidates: Vec<Candidate>,
+    /// Everything passed over, in the same order.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Why `name` (starting `libfireopal_`, ending `.so`) names no plugin.
+fn name_problem(name: &str) -> SkipReason {
+    let stem = name
+        .strip_prefix(PLUGIN_FILE_PREFIX)
+        .and_then(|n| n.strip_suffix(PLUGIN_FILE_SUFFIX))
+        .unwrap_or(name);
+    let Some((framework, component)) = stem.split_once('_') else {
+        return SkipReason::NoComponent;
+    };
+    if let Err(e) = check_framework_name(framework) {
+        return SkipReason::BadFramework(e);
+    }
+    match check_component_name(component) {
+        Err(e) => SkipReason::BadComponent(e),
+        // Both parts valid: the name parses, so this is never reached.
+        Ok(()) => SkipReason::NoComponent,
+    }
+}
+
+/// Whether a file name claims to be a plugin: `libfireopal_*.so`. Other
+/// files (the host's own `.rlib`s and `.d` files next to the plugins in
+/// a cargo target directory) are not plugins and pass unreported.
+fn looks_like_plugin(name: &[u8]) -> bool {
+    name.starts_with(PLUGIN_FILE_PREFIX.as_bytes()) && name.ends_with(PLUGIN_FILE_SUFFIX.as_bytes())
+}
+
+/// What kind of thing `path` is, when it is not a file that can be loaded.
+fn not_loadable(path: &Path) -> Option<SkipReason> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) if m.is_dir() => Some(SkipReason::Directory),
+        Ok(_) => Some(SkipReason::NotAFile),
+        // A name that is listed but cannot be followed is a link to
+        // nothing (or a loop of links).
+        Err(_) => Some(SkipReason::DanglingSymlink),
+    }
+}
+
 /// Lists the plugin files in `dirs`, in search-path order, and within a
-/// directory in file-name order. Unreadable or missing directories are
-/// skipped: the search path names places that need not exist.
-pub fn scan(dirs: &[PathBuf]) -> Vec<Candidate> {
-    let mut out = Vec::new();
+/// directory in file-name order. Missing or unreadable directories, and
+/// entries named `libfireopal_*.so` that are not loadable plugin files,
+/// are reported in [`Scan::skipped`]; nothing is opened.
+pub fn scan(dirs: &[PathBuf]) -> Scan {
+    let mut out = Scan::default();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
+        let skip = |reason| Skipped {
+            path: dir.clone(),
+            reason,
         };
-        let mut names: Vec<(String, PathBuf)> = entries
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                out.skipped.push(skip(match e.kind() {
+                    std::io::ErrorKind::NotFound => SkipReason::NoSuchDirectory,
+                    std::io::ErrorKind::NotADirectory => SkipReason::NotADirectory,
+                    kind => SkipReason::Unreadable(kind),
+                }));
+                continue;
+            }
+        };
+        let mut names: Vec<(std::ffi::OsString, PathBuf)> = entries
             .filter_map(Result::ok)
-            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+            .map(|e| (e.file_name(), e.path()))
+            .filter(|(name, _)| looks_like_plugin(name.as_encoded_bytes()))
             .collect();
         names.sort();
         for (name, path) in names {
-            if let Some(p) = parse_plugin_file_name(&name) {
-                if path.is_file() {
-                    out.push(Candidate {
+            let Some(name) = name.to_str() else {
+                out.skipped.push(Skipped {
+                    path,
+                    reason: SkipReason::NameNotUtf8,
+                });
+                continue;
+            };
+            match parse_plugin_file_name(name) {
+                None => out.skipped.push(Skipped {
+                    path,
+                    reason: name_problem(name),
+                }),
+                Some(p) => match not_loadable(&path) {
+                    Some(reason) => out.skipped.push(Skipped { path, reason }),
+                    None => out.candidates.push(Candidate {
                         framework: p.framework.to_owned(),
                         component: p.component.to_owned(),
                         path,
-                    });
-                }
+                    }),
+                },
             }
         }
     }
@@ -195,10 +358,97 @@ mod tests {
         std::fs::create_dir_all(dir.join("libfireopal_btl_dir.so")).unwrap();
         let found = scan(&[dir.clone(), dir.join("missing")]);
         let names: Vec<_> = found
+            .candidates
             .iter()
             .map(|c| format!("{}/{}", c.framework, c.component))
             .collect();
         assert_eq!(names, ["btl/a", "btl/b", "memheap/x"]);
+        let skipped: Vec<_> = found.skipped.iter().map(|s| &s.reason).collect();
+        assert_eq!(
+            skipped,
+            [&SkipReason::Directory, &SkipReason::NoSuchDirectory]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn scan_reports_every_entry_named_like_a_plugin_that_it_passes_over() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::env::temp_dir().join(format!("fireopal-skips-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [
+            "libfireopal_btl_.so",
+            "libfireopal_pipe.so",
+            "libfireopal__tcp.so",
+            "libfireopal_BTL_x.so",
+            "libfireopal_btl_ok.so",
+            "libfireopal_btl_tcp.rlib",
+            "libother.so",
+        ] {
+            std::fs::write(dir.join(f), b"").unwrap();
+        }
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("libfireopal_btl_ghost.so"))
+            .unwrap();
+        std::os::unix::fs::symlink(
+            dir.join("libfireopal_btl_ok.so"),
+            dir.join("libfireopal_btl_link.so"),
+        )
+        .unwrap();
+        let latin1 = std::ffi::OsStr::from_bytes(b"libfireopal_btl_caf\xe9.so");
+        std::fs::write(dir.join(latin1), b"").unwrap();
+        let file = dir.join("libfireopal_btl_ok.so");
+
+        let found = scan(&[dir.clone(), file.clone()]);
+        let loaded: Vec<_> = found
+            .candidates
+            .iter()
+            .map(|c| c.component.as_str())
+            .collect();
+        assert_eq!(loaded, ["link", "ok"]);
+        let skipped: Vec<(String, String)> = found
+            .skipped
+            .iter()
+            .map(|s| {
+                let name = s.path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, s.reason.to_string())
+            })
+            .collect();
+        let form = "not named libfireopal_<framework>_<component>.so";
+        let expected = [
+            (
+                "libfireopal_BTL_x.so",
+                format!("{form}: framework part: name must start with a lowercase letter"),
+            ),
+            (
+                "libfireopal__tcp.so",
+                format!("{form}: framework part: name is empty"),
+            ),
+            (
+                "libfireopal_btl_.so",
+                format!("{form}: component part: name is empty"),
+            ),
+            (
+                "libfireopal_btl_caf\u{fffd}.so",
+                format!("{form}: the name is not UTF-8"),
+            ),
+            (
+                "libfireopal_btl_ghost.so",
+                "symbolic link to a file that does not exist".to_owned(),
+            ),
+            (
+                "libfireopal_pipe.so",
+                format!("{form}: no framework or no component part"),
+            ),
+            ("libfireopal_btl_ok.so", "not a directory".to_owned()),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .into_iter()
+            .map(|(n, r)| (n.to_owned(), r))
+            .collect();
+        // In search order, and by name (bytes) within the directory.
+        assert_eq!(skipped, expected);
+        assert_eq!(found.skipped.last().map(|s| &s.path), Some(&file));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

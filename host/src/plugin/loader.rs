@@ -33,8 +33,9 @@ pub enum LoadError {
         /// Interface version of this host.
         host: String,
     },
-    /// The interface types differ from this host's (the `Error:` lines of
-    /// abi_stable's layout report).
+    /// The plugin's interface types, or the abi_stable or C ABI beneath
+    /// them, differ from this host's; for types, each difference abi_stable
+    /// found, with this host's value and the plugin's.
     IncompatibleInterface(String),
     /// The component's name differs from the file name's.
     NameMismatch {
@@ -62,11 +63,12 @@ impl fmt::Display for LoadError {
             Self::IncompatibleVersion { plugin, host } => write!(
                 f,
                 "incompatible interface version: plugin built against fireopal-abi {plugin}, \
-                 this host uses {host}; rebuild the plugin against this host's fireopal-abi"
+                 this host uses {host}; rebuild the plugin against fireopal-abi {host}"
             ),
-            Self::IncompatibleInterface(lines) => write!(
+            Self::IncompatibleInterface(detail) => write!(
                 f,
-                "incompatible interface (plugin built against different fireopal-abi types): {lines}"
+                "incompatible interface: {detail}; rebuild the plugin against fireopal-abi {}",
+                fireopal_abi::INTERFACE_VERSION
             ),
             Self::NameMismatch { file, inside } => write!(
                 f,
@@ -127,10 +129,22 @@ pub(crate) fn init_root(
     }
 }
 
-/// Only the `Error:` lines of abi_stable's layout report, which otherwise
-/// runs to hundreds of lines of type dumps; a short expected/found pair
-/// right after an error line is kept with it.
-fn error_lines(report: &str) -> String {
+/// abi_stable's wording of a difference, as this host words it:
+/// abi_stable says "too many fields" whichever side has more.
+fn reworded(what: &str) -> &str {
+    match what {
+        "too many fields" => "field counts differ",
+        "too many variants" => "variant counts differ",
+        other => other,
+    }
+}
+
+/// The differences of abi_stable's layout report, which otherwise runs to
+/// hundreds of lines of type dumps: each `Error:` line once, with its
+/// short expected/found pair as this host's value and the plugin's
+/// (abi_stable checks the host's layout, "expected", against the
+/// plugin's, "found").
+fn differences(report: &str) -> String {
     const SHORT: usize = 60;
     let lines: Vec<&str> = report.lines().map(str::trim).collect();
     let mut out: Vec<String> = Vec::new();
@@ -138,10 +152,10 @@ fn error_lines(report: &str) -> String {
         let Some(what) = line.strip_prefix("Error:") else {
             continue;
         };
-        let mut entry = format!("Error: {}", what.trim());
-        if let [e, exp, f, found, ..] = lines.get(i + 1..).unwrap_or(&[]) {
-            if *e == "Expected:" && *f == "Found:" && exp.len() <= SHORT && found.len() <= SHORT {
-                entry.push_str(&format!(" (expected {exp}, found {found})"));
+        let mut entry = reworded(what.trim()).to_owned();
+        if let [e, host, f, plugin, ..] = lines.get(i + 1..).unwrap_or(&[]) {
+            if *e == "Expected:" && *f == "Found:" && host.len() <= SHORT && plugin.len() <= SHORT {
+                entry.push_str(&format!(" (this host: {host}, the plugin: {plugin})"));
             }
         }
         if !out.contains(&entry) {
@@ -185,11 +199,12 @@ fn classify(path: &Path, err: LibraryError) -> LoadError {
             plugin: actual_version.to_string(),
             host: expected_version.to_string(),
         },
-        LibraryError::AbiInstability(report) => {
-            LoadError::IncompatibleInterface(error_lines(&report.to_string()))
-        }
+        LibraryError::AbiInstability(report) => LoadError::IncompatibleInterface(format!(
+            "its fireopal-abi types differ from this host's: {}",
+            differences(&report.to_string())
+        )),
         LibraryError::InvalidAbiHeader(_) => LoadError::IncompatibleInterface(
-            "built with an abi_stable version incompatible with this host's".to_owned(),
+            "built with an abi_stable incompatible with this host's".to_owned(),
         ),
         LibraryError::InvalidCAbi { .. } => LoadError::IncompatibleInterface(
             "built by a compiler with a different C ABI".to_owned(),
@@ -198,5 +213,70 @@ fn classify(path: &Path, err: LibraryError) -> LoadError {
             LoadError::InitFailed(err.to_string().trim().to_owned())
         }
         other => LoadError::InitFailed(other.to_string().trim().to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of abi_stable's report for a module vtable with two
+    /// methods fewer than this host's (type dumps shortened).
+    const REPORT: &str = "Compared <this>:
+    --- Type Layout ---
+To <other>:
+    --- Type Layout ---
+
+1 error(s)inside:
+    <other>
+
+    field: vtable
+
+Layout of expected type:
+    (a hundred lines)
+
+
+Error:too many fields
+Expected:
+    18
+Found:
+    16
+
+Error:incompatible type size
+Expected:
+    144
+Found:
+    128
+";
+
+    #[test]
+    fn differences_name_the_host_and_the_plugin_side() {
+        assert_eq!(
+            differences(REPORT),
+            "field counts differ (this host: 18, the plugin: 16); \
+             incompatible type size (this host: 144, the plugin: 128)"
+        );
+        assert_eq!(differences("one line\nand more"), "one line");
+    }
+
+    #[test]
+    fn every_mismatch_says_what_to_rebuild_against() {
+        let v = fireopal_abi::INTERFACE_VERSION;
+        let hint = format!("; rebuild the plugin against fireopal-abi {v}");
+        let older = LoadError::IncompatibleVersion {
+            plugin: "0.0.9".into(),
+            host: v.into(),
+        };
+        let newer = LoadError::IncompatibleVersion {
+            plugin: "9.0.0".into(),
+            host: v.into(),
+        };
+        let types = LoadError::IncompatibleInterface(format!(
+            "its fireopal-abi types differ from this host's: {}",
+            differences(REPORT)
+        ));
+        for e in [older, newer, types] {
+            assert!(e.to_string().ends_with(&hint), "{e}");
+        }
     }
 }

@@ -9,6 +9,9 @@
 //!    `buddy`);
 //! 3. the search path is scanned; file names are matched against the
 //!    framework's include/exclude list *before* anything is opened;
+//!    missing directories and entries named like plugins that are not
+//!    loadable files are kept in [`Registry::skipped`] and logged at
+//!    debug level;
 //! 4. every admitted file's header is opened, then root modules are
 //!    initialised newest interface version first;
 //! 5. each loaded component registers its parameters, then answers
@@ -36,7 +39,9 @@ use fireopal_abi::memheap::{MemheapComponentRef, MemheapModuleBox};
 use fireopal_abi::param::{ParamRegistry_TO, ParamSpec, ParamValue};
 use fireopal_abi::{Availability, ComponentVersion, PluginError};
 
-pub use discovery::{scan, search_path, Candidate, ComponentFilter, FilterError};
+pub use discovery::{
+    scan, search_path, Candidate, ComponentFilter, FilterError, Scan, SkipReason, Skipped,
+};
 pub use loader::LoadError;
 
 use crate::param::{ParamError, ParamStore};
@@ -315,6 +320,7 @@ pub struct Registry {
     params: ParamStore,
     errors: Vec<DiscoveryError>,
     search_path: Vec<PathBuf>,
+    skipped: Vec<Skipped>,
     services: ComponentServices,
 }
 
@@ -436,7 +442,11 @@ impl Registry {
         // Scan and open headers; nothing is initialised yet.
         let search_path = search_path(params.str_value("plugin_path").unwrap_or(""));
         let mut opened = Vec::new();
-        for cand in scan(&search_path) {
+        let Scan {
+            candidates,
+            skipped,
+        } = scan(&search_path);
+        for cand in candidates {
             let Some(framework) = Framework::from_name(&cand.framework) else {
                 // Listed under a framework it does not belong to; keep the
                 // file name's framework in the reason.
@@ -542,6 +552,13 @@ impl Registry {
             }
         }
         let services = ComponentServices::new(&params, options.job, log_level);
+        for skip in &skipped {
+            fireopal_abi::host::HostServices::log(
+                &services,
+                LogLevel::Debug,
+                format!("plugin search: skipped {skip}").as_str().into(),
+            );
+        }
 
         for c in components.iter_mut() {
             let Some(root) = c.root else { continue };
@@ -638,6 +655,7 @@ impl Registry {
             params,
             errors,
             search_path,
+            skipped,
             services,
         }
     }
@@ -671,6 +689,12 @@ impl Registry {
     /// The directories that were searched.
     pub fn search_path(&self) -> &[PathBuf] {
         &self.search_path
+    }
+
+    /// Search-path directories that could not be listed, and entries
+    /// named like plugins that were not opened, with the reason.
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
     }
 
     /// Selected BTL components, highest priority first.
