@@ -60,6 +60,9 @@ pub struct Param {
     pub source: Source,
     /// One help line.
     pub help: String,
+    /// The value given that was refused, when one was: `value` is then the
+    /// default and `source` [`Source::Default`].
+    pub error: Option<ParamError>,
 }
 
 /// Why a parameter could not be registered or set.
@@ -297,8 +300,29 @@ impl ParamStore {
             value,
             source,
             help: spec.help.into_string(),
+            error: error.clone(),
         });
         error.map_or(Ok(()), Err)
+    }
+
+    /// Refuses the value given for `name` after registration, for checks
+    /// past its type (a text parameter with a syntax of its own): the
+    /// parameter goes back to its default and keeps the error, which is
+    /// returned. `None` when `name` is not registered or was not set.
+    pub fn reject(&mut self, name: &str, reason: impl Into<String>) -> Option<ParamError> {
+        let p = self.index.get(name).and_then(|&i| self.params.get_mut(i))?;
+        if p.source == Source::Default {
+            return None;
+        }
+        let error = ParamError::BadValue {
+            name: p.name.clone(),
+            value: p.value.to_string(),
+            source: std::mem::replace(&mut p.source, Source::Default),
+            reason: reason.into(),
+        };
+        p.value = p.default.clone();
+        p.error = Some(error.clone());
+        Some(error)
     }
 
     /// A registered parameter.
@@ -496,6 +520,44 @@ mod tests {
             "{text}"
         );
         assert_eq!(s.value("btl_x_limit"), Some(&ParamValue::Size(4096)));
+    }
+
+    #[test]
+    fn a_refused_value_is_kept_as_an_error() {
+        let env = [
+            ("FIREOPAL_BTL_X_LIMIT".to_owned(), "lots".to_owned()),
+            ("FIREOPAL_BTL_X_TEXT".to_owned(), "12qq".to_owned()),
+        ];
+        let mut s = ParamStore::with_environment(vec![], env);
+        let bad = s
+            .register("btl x", "btl_x_", spec("btl_x_limit", ParamValue::Size(1)))
+            .unwrap_err();
+        assert_eq!(s.get("btl_x_limit").unwrap().error.as_ref(), Some(&bad));
+        s.register(
+            "btl x",
+            "btl_x_",
+            spec("btl_x_text", ParamValue::Str("1".into())),
+        )
+        .unwrap();
+        s.register(
+            "btl x",
+            "btl_x_",
+            spec("btl_x_unset", ParamValue::Str("1".into())),
+        )
+        .unwrap();
+        assert_eq!(s.reject("btl_x_unset", "no"), None);
+        assert_eq!(s.reject("btl_x_nope", "no"), None);
+        let e = s.reject("btl_x_text", "not a size").unwrap();
+        assert_eq!(
+            e.to_string(),
+            "parameter btl_x_text: invalid value \"12qq\" from the environment \
+             (FIREOPAL_BTL_X_TEXT=12qq): not a size"
+        );
+        let p = s.get("btl_x_text").unwrap();
+        assert_eq!(
+            (&p.value, &p.source, p.error.as_ref()),
+            (&ParamValue::Str("1".into()), &Source::Default, Some(&e))
+        );
     }
 
     #[test]

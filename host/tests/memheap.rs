@@ -366,12 +366,21 @@ fn size_comes_from_the_parameter_or_shmem_symmetric_size() {
 fn invalid_sizes_are_clear_errors_naming_the_variable() {
     let error = |env: &[(&str, &str)], cli: &[(&str, &str)]| {
         let opts = options(env, cli);
-        let registry = Registry::open(&opts).unwrap();
-        match SymmetricHeap::init(&registry, &opts) {
+        // The heap checks the size itself, even past a registry that
+        // discovery's own check refused.
+        let registry = Registry::discover(&opts);
+        let e = match SymmetricHeap::init(&registry, &opts) {
             Err(e @ InitError::Size(_)) => e.to_string(),
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("{env:?} {cli:?} accepted"),
+        };
+        // Discovery refuses the fireopal parameter with the same words;
+        // OpenSHMEM's variable is the heap's alone.
+        match Registry::open(&opts) {
+            Err(d) => assert_eq!(e, format!("symmetric heap size: {d}")),
+            Ok(_) => assert!(e.contains("SHMEM_SYMMETRIC_SIZE"), "{e}"),
         }
+        e
     };
     let e = error(&[("FIREOPAL_SYMMETRIC_SIZE", "12q")], &[]);
     assert!(

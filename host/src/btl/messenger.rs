@@ -1,7 +1,7 @@
 //! [`Messenger`]: module setup, routes and the active-message API;
 //! registrations and one-sided operations (`rdma`), transfer buffers
-//! (`transfer`) and registered segments (`segments`) live in the
-//! submodules.
+//! (`transfer`), registered segments (`segments`), and components and
+//! modules that fail (`failover`) live in the submodules.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -13,6 +13,7 @@ use fireopal_abi::btl::{
     BtlAttributes, BtlEventSink, BtlEventSink_TO, BtlModuleBox, Completion, PeerAddress, Rank,
     Reachability, SendiOutcome,
 };
+use fireopal_abi::host::Host;
 use fireopal_abi::PluginError;
 use fireopal_core::am::{
     decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
@@ -20,7 +21,7 @@ use fireopal_core::am::{
 use fireopal_core::id_hash::IdHash;
 
 use crate::bootstrap::Bootstrap;
-use crate::plugin::Registry;
+use crate::plugin::{Framework, Registry};
 
 /// Tags from here up belong to the framework.
 pub const FIRST_RESERVED_TAG: u8 = 0xF0;
@@ -102,7 +103,15 @@ impl fmt::Display for InitError {
     }
 }
 
-impl std::error::Error for InitError {}
+impl std::error::Error for InitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Open(e) => Some(e),
+            Self::Module { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Why a send failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +138,13 @@ pub enum SendError {
     },
     /// The module refused.
     Module(PluginError),
+    /// The module was closed after its `progress` failed.
+    Closed {
+        /// Component name.
+        component: String,
+        /// The error that closed it.
+        error: PluginError,
+    },
 }
 
 impl fmt::Display for SendError {
@@ -142,13 +158,25 @@ impl fmt::Display for SendError {
                 write!(f, "header of {len} bytes exceeds the limit of {max}")
             }
             Self::Module(e) => write!(f, "transport error: {e}"),
+            Self::Closed { component, error } => {
+                write!(f, "btl {component} was closed after an error: {error}")
+            }
         }
     }
 }
 
-impl std::error::Error for SendError {}
+impl std::error::Error for SendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Module(e) | Self::Closed { error: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}
 
-/// Why `progress` failed.
+/// Why `progress` failed. [`Messenger::progress`] closes a module whose
+/// own `progress` fails instead of returning this; the type keeps the
+/// signature able to report errors of the messenger as a whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProgressError {
     /// A module's progress failed.
@@ -168,7 +196,13 @@ impl fmt::Display for ProgressError {
     }
 }
 
-impl std::error::Error for ProgressError {}
+impl std::error::Error for ProgressError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Module { error, .. } => Some(error),
+        }
+    }
+}
 
 /// The module chosen for a peer, for logs and benchmarks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,6 +227,8 @@ struct ModuleSlot {
     /// Something was handed to it since `progress` last found it idle
     /// (a module reaching only this rank has nothing to do otherwise).
     active: bool,
+    /// Why it was closed: it is never called again.
+    closed: Option<PluginError>,
 }
 
 #[derive(Default)]
@@ -220,8 +256,8 @@ pub struct Messenger {
     handlers: Vec<Option<Handler>>,
     next_cookie: u64,
     next_send: u64,
-    /// cookie -> index into `outstanding`
-    cookies: HashMap<u64, SendId, IdHash>,
+    /// cookie -> (key into `outstanding`, module the operation is on)
+    cookies: HashMap<u64, (SendId, usize), IdHash>,
     outstanding: HashMap<SendId, Outstanding, IdHash>,
     completions: Vec<(SendId, Result<(), SendError>)>,
     failures: Vec<(Rank, String)>,
@@ -229,6 +265,8 @@ pub struct Messenger {
     polls: u64,
     /// Transfer buffers handed out and not freed: (module, id).
     live_buffers: Vec<(usize, u64)>,
+    /// The host's log, for modules that fail.
+    log: Host,
 }
 
 impl fmt::Debug for Messenger {
@@ -254,41 +292,9 @@ impl Messenger {
     pub fn init(registry: &Registry, boot: &mut Bootstrap) -> Result<Self, InitError> {
         let rank = boot.rank();
         let size = boot.size();
-        let mut slots = Vec::new();
-        for component in registry.selected_btls() {
-            let modules = registry.open_btl(component).map_err(InitError::Open)?;
-            for (index, module) in modules.into_iter().enumerate() {
-                let name = component.name().to_owned();
-                let attrs =
-                    module
-                        .attributes()
-                        .into_result()
-                        .map_err(|error| InitError::Module {
-                            component: name.clone(),
-                            error,
-                        })?;
-                slots.push(ModuleSlot {
-                    component: name,
-                    index,
-                    module,
-                    attrs,
-                    remote: false,
-                    active: true,
-                });
-            }
-        }
-        let mut addresses = Vec::with_capacity(slots.len());
-        for s in &slots {
-            let a = s
-                .module
-                .address()
-                .into_result()
-                .map_err(|error| InitError::Module {
-                    component: s.component.clone(),
-                    error,
-                })?;
-            addresses.push(a.into_vec());
-        }
+        let log = registry.host_log("btl");
+        let opened = failover::open_modules(registry)?;
+        let (slots, addresses) = (opened.slots, opened.addresses);
         let entries: Vec<DirectoryEntry<'_>> = slots
             .iter()
             .zip(&addresses)
@@ -308,6 +314,7 @@ impl Messenger {
         // For every local module, the address each peer published for the
         // same (component, index).
         let mut peer_addresses: Vec<Vec<(Rank, Vec<u8>)>> = vec![Vec::new(); slots.len()];
+        let mut rank0_components = std::collections::HashSet::new();
         for peer in 0..size {
             let bytes = boot
                 .get(peer, DIRECTORY_KEY)
@@ -316,6 +323,9 @@ impl Messenger {
                 peer,
                 reason: e.to_string(),
             })?;
+            if peer == 0 {
+                rank0_components.extend(dir.iter().map(|e| e.component.to_owned()));
+            }
             for entry in dir {
                 if let Some(i) = slots.iter().position(|s| {
                     s.component == entry.component && s.index == usize::from(entry.index)
@@ -327,8 +337,11 @@ impl Messenger {
             }
         }
 
+        failover::report_disabled(&log, rank, &opened.disabled, &rank0_components);
+
         let local: Vec<u32> = boot.local_ranks().to_vec();
         let mut reach: Vec<Vec<usize>> = vec![Vec::new(); size as usize];
+        let mut slots = slots;
         for (i, (slot, peers)) in slots.iter_mut().zip(&peer_addresses).enumerate() {
             if peers.is_empty() {
                 continue;
@@ -341,14 +354,29 @@ impl Messenger {
                     address: RSlice::from_slice(a),
                 })
                 .collect();
-            let answers = slot
+            let answers = match slot
                 .module
                 .add_peers(RSlice::from_slice(&list))
                 .into_result()
-                .map_err(|error| InitError::Module {
-                    component: slot.component.clone(),
-                    error,
-                })?;
+            {
+                Ok(answers) => answers,
+                Err(error) if registry.is_required(Framework::Btl, &slot.component) => {
+                    return Err(InitError::Module {
+                        component: slot.component.clone(),
+                        error,
+                    })
+                }
+                Err(error) => {
+                    failover::report_setup_failure(
+                        &log,
+                        slot.component.as_str(),
+                        slot.index,
+                        &error,
+                    );
+                    slot.closed = Some(error);
+                    continue;
+                }
+            };
             for ((r, _), answer) in peers.iter().zip(answers.iter()) {
                 if *answer == Reachability::Reachable {
                     if let Some(v) = reach.get_mut(*r as usize) {
@@ -365,21 +393,14 @@ impl Messenger {
                     let a = &slots[i].attrs;
                     (std::cmp::Reverse(a.exclusivity), a.latency_ns)
                 });
-                let best = mods.first().map(|&i| slots[i].attrs.exclusivity);
-                let usable = mods
-                    .iter()
-                    .copied()
-                    .filter(|&i| Some(slots[i].attrs.exclusivity) == best)
-                    .collect();
                 Route {
-                    modules: usable,
+                    modules: failover::best_tier(&slots, &mods),
                     candidates: mods,
                     failed: None,
                 }
             })
             .collect();
 
-        let mut slots = slots;
         for (peer, route) in routes.iter().enumerate() {
             if peer as u32 != rank {
                 for &i in &route.modules {
@@ -404,6 +425,7 @@ impl Messenger {
             reassembly: HashMap::new(),
             polls: 0,
             live_buffers: Vec::new(),
+            log,
         };
         if registry.params().str_value("log_level") == Some("debug") {
             for peer in 0..size {
@@ -580,7 +602,7 @@ impl Messenger {
             .map_err(SendError::Module)?
         {
             Completion::Done => Ok(SendTicket::Done),
-            Completion::Pending => Ok(self.track_pending(cookie)),
+            Completion::Pending => Ok(self.track_pending(cookie, i)),
         }
     }
 
@@ -600,16 +622,23 @@ impl Messenger {
     /// answered as unreachable.
     fn slot_mut(&mut self, i: usize) -> Result<&mut ModuleSlot, SendError> {
         let rank = self.rank;
-        self.slots.get_mut(i).ok_or(SendError::Unreachable(rank))
+        let slot = self.slots.get_mut(i).ok_or(SendError::Unreachable(rank))?;
+        match &slot.closed {
+            Some(error) => Err(SendError::Closed {
+                component: slot.component.clone(),
+                error: error.clone(),
+            }),
+            None => Ok(slot),
+        }
     }
 
-    /// Records a single operation the module will complete later under
+    /// Records a single operation module `i` will complete later under
     /// `cookie` (the next cookie, now used up).
-    fn track_pending(&mut self, cookie: u64) -> SendTicket {
+    fn track_pending(&mut self, cookie: u64, i: usize) -> SendTicket {
         self.next_cookie += 1;
         let id = SendId(self.next_send);
         self.next_send += 1;
-        self.cookies.insert(cookie, id);
+        self.cookies.insert(cookie, (id, i));
         self.outstanding.insert(
             id,
             Outstanding {
@@ -678,7 +707,7 @@ impl Messenger {
                 Ok(Completion::Done) => {}
                 Ok(Completion::Pending) => {
                     self.next_cookie += 1;
-                    self.cookies.insert(cookie, id);
+                    self.cookies.insert(cookie, (id, i));
                     parts += 1;
                 }
                 Err(e) => {
@@ -715,10 +744,22 @@ impl Messenger {
     /// modules did: events reported plus peers' remote operations served
     /// (0 means nothing happened). A panic in a handler resumes here,
     /// after the module's call returned.
+    ///
+    /// A module whose `progress` fails (or panics) is closed instead: it
+    /// is never called again, its pending operations complete with the
+    /// error, and its peers are routed over the next module that reaches
+    /// them; a peer no other module reaches fails ([`take_failures`]).
+    /// The error is logged, and an `Err` is no longer returned for it.
+    ///
+    /// [`take_failures`]: Self::take_failures
     pub fn progress(&mut self) -> Result<usize, ProgressError> {
         self.polls = self.polls.wrapping_add(1);
         let mut events = 0;
+        let mut failed = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.closed.is_some() {
+                continue;
+            }
             // Modules no peer is routed through are still looked at now
             // and then, in case a peer ranked differently.
             if !slot.remote && !slot.active && self.polls % IDLE_POLL_EVERY != 0 {
@@ -748,13 +789,11 @@ impl Messenger {
                     }
                     events += n as usize
                 }
-                RResult::RErr(error) => {
-                    return Err(ProgressError::Module {
-                        component: slot.component.clone(),
-                        error,
-                    })
-                }
+                RResult::RErr(error) => failed.push((i, error)),
             }
+        }
+        for (i, error) in failed {
+            self.close_module(i, error);
         }
         Ok(events)
     }
@@ -786,12 +825,34 @@ struct Sink<'a> {
     module: usize,
     handlers: &'a mut Vec<Option<Handler>>,
     reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
-    cookies: &'a mut HashMap<u64, SendId, IdHash>,
+    cookies: &'a mut HashMap<u64, (SendId, usize), IdHash>,
     outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
     completions: &'a mut Vec<(SendId, Result<(), SendError>)>,
     failures: &'a mut Vec<(Rank, String)>,
     routes: &'a mut Vec<Route>,
     panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// Counts one part of send `id` as done, with `status`; the send
+/// completes, with its first error, when its last part does.
+fn complete_part(
+    outstanding: &mut HashMap<SendId, Outstanding, IdHash>,
+    completions: &mut Vec<(SendId, Result<(), SendError>)>,
+    id: SendId,
+    status: Result<(), SendError>,
+) {
+    let Some(o) = outstanding.get_mut(&id) else {
+        return;
+    };
+    if let Err(e) = status {
+        o.error.get_or_insert(e);
+    }
+    o.parts_left = o.parts_left.saturating_sub(1);
+    if o.parts_left == 0 {
+        if let Some(o) = outstanding.remove(&id) {
+            completions.push((o.id, o.error.map_or(Ok(()), Err)));
+        }
+    }
 }
 
 impl Sink<'_> {
@@ -825,21 +886,15 @@ impl Sink<'_> {
     }
 
     fn complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        let Some(id) = self.cookies.remove(&cookie) else {
+        let Some((id, _)) = self.cookies.remove(&cookie) else {
             return;
         };
-        let Some(o) = self.outstanding.get_mut(&id) else {
-            return;
-        };
-        if let Err(e) = status {
-            o.error.get_or_insert(SendError::Module(e));
-        }
-        o.parts_left = o.parts_left.saturating_sub(1);
-        if o.parts_left == 0 {
-            if let Some(o) = self.outstanding.remove(&id) {
-                self.completions.push((o.id, o.error.map_or(Ok(()), Err)));
-            }
-        }
+        complete_part(
+            self.outstanding,
+            self.completions,
+            id,
+            status.map_err(SendError::Module),
+        );
     }
 }
 
@@ -888,6 +943,7 @@ impl BtlEventSink for Sink<'_> {
     }
 }
 
+mod failover;
 mod rdma;
 mod segments;
 mod transfer;

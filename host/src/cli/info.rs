@@ -59,7 +59,9 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     } else {
         None
     };
-    let registry = Registry::discover(&options);
+    let mut registry = Registry::discover(&options);
+    // A component whose open fails is disabled in a job: show it so.
+    registry.check_btls_open();
     if let Some(b) = boot {
         if let Err(e) = b.finalize() {
             eprintln!("fireopal info: leaving the job: {e}");
@@ -151,6 +153,12 @@ fn to_json(r: &Registry) -> Json {
                 ("source", Json::str(p.source.to_string())),
                 ("env", Json::str(crate::param::env_var_name(&p.name))),
                 ("help", Json::str(&p.help)),
+                (
+                    "error",
+                    p.error
+                        .as_ref()
+                        .map_or(Json::Null, |e| Json::str(e.to_string())),
+                ),
             ])
         })
         .collect();
@@ -233,6 +241,10 @@ fn to_text(r: &Registry) -> String {
     }
     let _ = writeln!(out, "\nparameters:");
     for p in r.params().iter() {
+        if let Some(e) = &p.error {
+            let _ = writeln!(out, "  {} = error: {e}\n      {}", p.name, p.help);
+            continue;
+        }
         let origin = match p.source {
             Source::Default => "default".to_owned(),
             _ => format!("default {}; from {}", shown(&p.default), p.source),

@@ -77,6 +77,7 @@ pub use size::{
 
 use crate::plugin::{OpenError, Options, Registry};
 use mapping::Mapping;
+pub(crate) use size::check_symmetric_size;
 
 /// Alignment of `malloc`, `calloc` and `realloc` results: enough for any
 /// scalar type (as `max_align_t` on x86-64 and aarch64).

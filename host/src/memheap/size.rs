@@ -120,6 +120,25 @@ pub fn parse_symmetric_size(text: &str) -> Result<u64, String> {
     u64::try_from(value).map_err(|_| too_large())
 }
 
+/// Checks `symmetric_size` in a store that registered it, where discovery
+/// reads it: a value given on the command line or in the environment must
+/// be a heap size. A refused value is kept in the store as such (see
+/// [`ParamStore::reject`]) and returned as the same error the heap gives.
+pub(crate) fn check_symmetric_size(store: &mut ParamStore) -> Result<(), ParamError> {
+    let Some(param) = store.get(SYMMETRIC_SIZE_PARAM) else {
+        return Ok(());
+    };
+    if param.source == Source::Default {
+        return Ok(());
+    }
+    match parse_symmetric_size(&param.value.to_string()) {
+        Ok(_) => Ok(()),
+        Err(reason) => store
+            .reject(SYMMETRIC_SIZE_PARAM, reason)
+            .map_or(Ok(()), Err),
+    }
+}
+
 /// Why the heap size could not be decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SizeError {
@@ -319,6 +338,26 @@ mod tests {
             ("FIREOPAL_SYMMETRIC_SIZE", "1m"),
         ];
         assert_eq!(r(&ours_wins, &[]).map(|s| s.0), Ok(1 << 20));
+    }
+
+    #[test]
+    fn discovery_refuses_what_the_heap_would_refuse() {
+        for text in ["12qq", "NaN", "-5", "1e30"] {
+            let o = opts(&[("FIREOPAL_SYMMETRIC_SIZE", text)], &[]);
+            let heap = resolve_symmetric_size(&o).unwrap_err();
+            let registry = crate::plugin::Registry::discover(&o);
+            let found: Vec<String> = registry.errors().iter().map(ToString::to_string).collect();
+            assert_eq!(found.len(), 1, "{text}: {found:?}");
+            // The same error, under the heap's prefix.
+            assert_eq!(
+                heap.to_string(),
+                format!("symmetric heap size: {}", found[0])
+            );
+            let p = registry.params().get(SYMMETRIC_SIZE_PARAM).unwrap();
+            assert!(p.error.is_some(), "{text}");
+        }
+        let o = opts(&[("FIREOPAL_SYMMETRIC_SIZE", "1.5g")], &[]);
+        assert!(crate::plugin::Registry::discover(&o).errors().is_empty());
     }
 
     #[test]

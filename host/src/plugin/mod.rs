@@ -26,6 +26,7 @@
 
 mod discovery;
 mod loader;
+mod opening;
 mod services;
 
 use std::fmt;
@@ -43,6 +44,7 @@ pub use discovery::{
     scan, search_path, Candidate, ComponentFilter, FilterError, Scan, SkipReason, Skipped,
 };
 pub use loader::LoadError;
+pub use opening::OpenedBtls;
 
 use crate::param::{ParamError, ParamStore};
 use loader::Root;
@@ -378,6 +380,9 @@ impl Registry {
                 errors.push(DiscoveryError::Param(e));
             }
         }
+        if let Err(e) = crate::memheap::check_symmetric_size(&mut params) {
+            errors.push(DiscoveryError::Param(e));
+        }
         let log_level = match params.str_value("log_level").unwrap_or("warn") {
             "error" => LogLevel::Error,
             "info" => LogLevel::Info,
@@ -646,6 +651,15 @@ impl Registry {
                     &services,
                     LogLevel::Warn,
                     setting.to_string().as_str().into(),
+                );
+            }
+        }
+        if options.job.rank == 0 {
+            for line in opening::unavailable_by_params(&components, &params) {
+                fireopal_abi::host::HostServices::log(
+                    &services,
+                    LogLevel::Warn,
+                    line.as_str().into(),
                 );
             }
         }

@@ -57,7 +57,7 @@ impl Messenger {
         let mut parts = Vec::new();
         for i in 0..self.slots.len() {
             let slot = &mut self.slots[i];
-            if !slot.attrs.flags.contains(BtlFlags::MAPPED_SEGMENTS) {
+            if slot.closed.is_some() || !slot.attrs.flags.contains(BtlFlags::MAPPED_SEGMENTS) {
                 continue;
             }
             match slot
@@ -107,7 +107,7 @@ impl Messenger {
     pub fn unregister_segment(&mut self, handle: SegmentHandle) -> Result<(), SendError> {
         let mut result = Ok(());
         for (m, id) in handle.parts {
-            let Some(slot) = self.slots.get_mut(m) else {
+            let Some(slot) = self.slots.get_mut(m).filter(|s| s.closed.is_none()) else {
                 continue;
             };
             slot.active = true;
