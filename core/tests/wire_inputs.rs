@@ -74,6 +74,7 @@ fn shm_address() -> shm::Address {
         file_id: 99,
         probe: 0x5555_0000_1000,
         boot_id: [7; 16],
+        checksum: true,
     }
 }
 
@@ -211,8 +212,8 @@ proptest! {
     #[test]
     fn shm_control_messages(edits in edits(4), raw in bytes_near(shm::REMOTE_KEY_LEN)) {
         let seg = segment();
-        let rts_seg = shm::Rts { id: 1, len: 4096, source: shm::Source::Segment { seg, offset: 64 } };
-        let rts_addr = shm::Rts { id: 2, len: 4096, source: shm::Source::Address(0x1000) };
+        let rts_seg = shm::Rts { id: 1, len: 4096, source: shm::Source::Segment { seg, offset: 64 }, sum: None };
+        let rts_addr = shm::Rts { id: 2, len: 4096, source: shm::Source::Address(0x1000), sum: Some(7) };
         for seed in [rts_seg.encode(), rts_addr.encode()] {
             prop_assert!(shm::Rts::decode(&seed).is_ok());
             for input in [edited(&seed, &edits), raw.clone()] {

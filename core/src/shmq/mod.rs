@@ -19,7 +19,8 @@
 //! - [`keyspace`]: how a peer's address range becomes a key of the
 //!   registration cache, one disjoint key space per peer;
 //! - [`siphash`]: SipHash-2-4, the keyed hash that proves a segment was
-//!   made by a member of the job.
+//!   made by a member of the job;
+//! - [`sum`]: what the optional checksums cover, and their checks.
 //!
 //! Everything read from shared memory comes from another process, so every
 //! decoder here returns an error rather than trusting a length, an offset
@@ -31,6 +32,7 @@ pub mod keyspace;
 pub mod layout;
 pub mod ranges;
 pub mod siphash;
+pub mod sum;
 pub mod wire;
 
 use core::fmt;
@@ -106,6 +108,16 @@ pub enum Malformed {
     Inconsistent(&'static str),
     /// The keyed tag did not match: not made by a member of this job.
     BadTag,
+    /// Bytes do not match the checksum their writer put beside them
+    /// ([`sum`]): changed in shared memory after they were written.
+    Checksum {
+        /// What was checked: a fragment, or a rendezvous payload.
+        what: &'static str,
+        /// The checksum the writer put beside the bytes.
+        written: u64,
+        /// The checksum of the bytes as read.
+        read: u64,
+    },
 }
 
 impl fmt::Display for Malformed {
@@ -122,6 +134,14 @@ impl fmt::Display for Malformed {
             Self::OutOfRange(what) => write!(f, "{what} out of range"),
             Self::Inconsistent(what) => write!(f, "inconsistent fields: {what}"),
             Self::BadTag => f.write_str("job tag does not match (not made by a job member)"),
+            Self::Checksum {
+                what,
+                written,
+                read,
+            } => write!(
+                f,
+                "{what} does not match its checksum: written {written:#018x}, read {read:#018x}"
+            ),
         }
     }
 }

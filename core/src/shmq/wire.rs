@@ -84,10 +84,15 @@ pub struct Rts {
     pub len: u64,
     /// Where the payload is.
     pub source: Source,
+    /// The payload's checksum ([`super::sum::payload`]) when the two ends
+    /// use checksums.
+    pub sum: Option<u64>,
 }
 
 /// Encoded bytes of an [`Rts`] (before the active-message header).
-pub const RTS_LEN: usize = 24 + SEGMENT_REF_LEN + 8;
+pub const RTS_LEN: usize = 24 + SEGMENT_REF_LEN + 16;
+/// Flag of an [`Rts`]: a payload checksum follows the source.
+const RTS_SUM: u8 = 1;
 
 impl Rts {
     /// Encodes the request.
@@ -106,6 +111,10 @@ impl Rts {
                 w.u64(24 + SEGMENT_REF_LEN, addr);
             }
         }
+        if let Some(sum) = self.sum {
+            w.u8(17, RTS_SUM);
+            w.u64(32 + SEGMENT_REF_LEN, sum);
+        }
         w.buf
     }
 
@@ -116,7 +125,15 @@ impl Rts {
         let id = r.u64(0);
         let len = r.u64(8);
         let at = r.u64(24 + SEGMENT_REF_LEN);
-        r.reserved(17..24)?;
+        r.reserved(18..24)?;
+        let sum = match r.u8(17) {
+            0 => {
+                r.reserved(32 + SEGMENT_REF_LEN..RTS_LEN)?;
+                None
+            }
+            RTS_SUM => Some(r.u64(32 + SEGMENT_REF_LEN)),
+            _ => return Err(Malformed::Inconsistent("unknown rendezvous flags")),
+        };
         let source = match r.u8(16) {
             1 => {
                 let seg = SegmentRef::read(&r, 24)?;
@@ -134,7 +151,12 @@ impl Rts {
             }
             k => return Err(Malformed::BadKind(k)),
         };
-        Ok(Rts { id, len, source })
+        Ok(Rts {
+            id,
+            len,
+            source,
+            sum,
+        })
     }
 }
 
@@ -499,11 +521,17 @@ pub struct Address {
     /// The node's boot id, so that processes of different nodes never
     /// take each other for neighbours.
     pub boot_id: [u8; 16],
+    /// Whether the publisher puts checksums on what it writes and expects
+    /// them on what it reads ([`super::sum`]); peers that differ do not
+    /// talk over shared memory.
+    pub checksum: bool,
 }
 
 /// Encoded bytes of an [`Address`].
 pub const ADDRESS_LEN: usize = 72;
 const ADDRESS_MAGIC: u64 = u64::from_le_bytes(*b"FOSHMAD1");
+/// Flag of an [`Address`]: checksums on.
+const ADDRESS_CHECKSUM: u8 = 1;
 
 impl Address {
     /// Encodes the address.
@@ -518,6 +546,7 @@ impl Address {
         w.u64(32, self.file_id);
         w.u64(40, self.probe);
         w.bytes(48, &self.boot_id);
+        w.u8(64, if self.checksum { ADDRESS_CHECKSUM } else { 0 });
         w.buf
     }
 
@@ -533,7 +562,12 @@ impl Address {
         if r.u64(0) != ADDRESS_MAGIC {
             return Err(Malformed::BadMagic);
         }
-        r.reserved(64..ADDRESS_LEN)?;
+        r.reserved(65..ADDRESS_LEN)?;
+        let checksum = match r.u8(64) {
+            0 => false,
+            ADDRESS_CHECKSUM => true,
+            _ => return Err(Malformed::Inconsistent("unknown address flags")),
+        };
         Ok(Address {
             rank: r.u32(8),
             local: r.u32(12),
@@ -543,6 +577,7 @@ impl Address {
             file_id: r.u64(32),
             probe: r.u64(40),
             boot_id: r.bytes(48),
+            checksum,
         })
     }
 }
@@ -570,12 +605,14 @@ mod tests {
                 seg: seg(),
                 offset: 8192,
             },
+            sum: None,
         };
         assert_eq!(Rts::decode(&a.encode()), Ok(a));
         let b = Rts {
             id: 2,
             len: 10,
             source: Source::Address(0x1000),
+            sum: None,
         };
         assert_eq!(Rts::decode(&b.encode()), Ok(b));
         let past = Rts {
@@ -593,6 +630,28 @@ mod tests {
         bad_kind[16] = 9;
         assert_eq!(Rts::decode(&bad_kind), Err(Malformed::BadKind(9)));
         assert!(Rts::decode(&a.encode()[..RTS_LEN - 1]).is_err());
+    }
+
+    #[test]
+    fn rts_carries_a_payload_checksum_only_when_flagged() {
+        let a = Rts {
+            id: 1,
+            len: 64,
+            source: Source::Address(0x1000),
+            sum: Some(0x0123_4567_89ab_cdef),
+        };
+        assert_eq!(Rts::decode(&a.encode()), Ok(a));
+        let mut unflagged = a.encode();
+        unflagged[17] = 0; // the sum left where none may be
+        assert!(matches!(
+            Rts::decode(&unflagged),
+            Err(Malformed::Inconsistent(_))
+        ));
+        let mut unknown = a.encode();
+        unknown[17] = 2;
+        assert!(Rts::decode(&unknown).is_err());
+        let zero = Rts { sum: Some(0), ..a };
+        assert_eq!(Rts::decode(&zero.encode()), Ok(zero));
     }
 
     #[test]
@@ -676,12 +735,21 @@ mod tests {
             file_id: 1234,
             probe: 0x7fff_0000,
             boot_id: [5; 16],
+            checksum: false,
         };
         assert_eq!(Address::decode(&a.encode()), Ok(a));
         let mut bad = a.encode();
         bad[0] ^= 1;
         assert_eq!(Address::decode(&bad), Err(Malformed::BadMagic));
         assert!(Address::decode(&a.encode()[..71]).is_err());
+        let summed = Address {
+            checksum: true,
+            ..a
+        };
+        assert_eq!(Address::decode(&summed.encode()), Ok(summed));
+        let mut flags = a.encode();
+        flags[64] = 2;
+        assert!(Address::decode(&flags).is_err());
     }
 
     #[test]
@@ -735,6 +803,7 @@ mod tests {
             id: 1,
             len: 8,
             source: Source::Address(0x1000),
+            sum: None,
         }
         .encode();
         let mut with_header = rts.to_vec();

@@ -236,6 +236,8 @@ pub(crate) struct StageSlot {
     seg: usize,
     pub(crate) offset: u64,
     len: u64,
+    /// The payload's checksum, when checksums are on and it was written.
+    pub(crate) sum: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -276,6 +278,7 @@ impl Staging {
                         seg: i,
                         offset,
                         len,
+                        sum: None,
                     }));
                 }
             }
@@ -318,6 +321,7 @@ impl Staging {
             seg: i,
             offset,
             len: rounded,
+            sum: None,
         }))
     }
 

@@ -76,6 +76,16 @@
 //! peer is not read again. Nothing read from a peer is trusted for an
 //! offset or length without a check, and every segment is sealed, so no
 //! access can leave a mapping.
+//!
+//! Payload bytes have no such structure to check. As a debugging aid,
+//! `btl_shm_checksum=yes` puts a Fletcher-64 checksum on every fragment
+//! and every rendezvous payload a process writes for a peer
+//! ([`fireopal_core::shmq::sum`]); the reader checks it before it hands
+//! anything over, and a difference is reported like a corrupt fragment
+//! (and counted in [`Counters::checksum_errors`]). Peers that disagree on
+//! the parameter do not reach each other. RDMA through a mapping or
+//! process_vm_readv/writev copies straight between the two processes'
+//! own memory, with no shared copy in between to check.
 
 #![deny(unsafe_code)]
 
@@ -114,6 +124,8 @@ pub const PARAM_STAGING_LIMIT: &str = "btl_shm_staging_limit";
 pub const PARAM_SINGLE_COPY: &str = "btl_shm_single_copy";
 /// Parameter: most cached mappings of peers' segments.
 pub const PARAM_MAP_CACHE: &str = "btl_shm_map_cache_max";
+/// Parameter: checksums on what is written into shared memory.
+pub const PARAM_CHECKSUM: &str = "btl_shm_checksum";
 
 /// Which single-copy mechanisms may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +184,8 @@ pub struct Config {
     pub single_copy: SingleCopy,
     /// Most cached mappings of peers' segments.
     pub map_cache_max: usize,
+    /// Whether fragments and rendezvous payloads carry checksums.
+    pub checksum: bool,
 }
 
 impl Default for Config {
@@ -186,6 +200,7 @@ impl Default for Config {
             staging_limit: 256 << 20,
             single_copy: SingleCopy::Auto,
             map_cache_max: 1024,
+            checksum: false,
         }
     }
 }
@@ -215,6 +230,17 @@ impl Config {
         let share = Self::FBOX_BUDGET / (local_size.max(1) as usize);
         let pow2 = share.checked_ilog2().map_or(0, |b| 1 << b);
         pow2.clamp(Self::FBOX_MIN_AUTO, Self::FBOX_MAX_AUTO)
+    }
+
+    /// Largest header plus payload of a `sendi`: a fast-box entry, less
+    /// its header word and, with checksums, their trailer.
+    pub fn sendi_max(&self) -> usize {
+        let trailer = if self.checksum {
+            fireopal_core::shmq::sum::TRAILER
+        } else {
+            0
+        };
+        self.fbox_max.saturating_sub(8 + trailer)
     }
 
     /// Reads the parameters from the host (defaults for those it lacks).
@@ -250,6 +276,7 @@ impl Config {
             staging_limit: size(PARAM_STAGING_LIMIT, d.staging_limit)?,
             single_copy,
             map_cache_max: size(PARAM_MAP_CACHE, d.map_cache_max)?,
+            checksum: host.param_bool(PARAM_CHECKSUM).unwrap_or(d.checksum),
         };
         if cfg.eager_limit < 1024 || cfg.eager_limit > 8 << 20 {
             return Err(PluginError::invalid(format!(
@@ -302,7 +329,7 @@ impl BtlComponentImpl for ShmComponent {
 
     fn register_params(registry: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         let d = Config::default();
-        let params: [(&str, ParamValue, &str); 10] = [
+        let params: [(&str, ParamValue, &str); 11] = [
             (PARAM_PRIORITY, ParamValue::UInt(80), "priority of the shared-memory transport"),
             (
                 PARAM_EAGER_LIMIT,
@@ -348,6 +375,11 @@ impl BtlComponentImpl for ShmComponent {
                 PARAM_MAP_CACHE,
                 ParamValue::UInt(d.map_cache_max as u64),
                 "most cached mappings of peers' segments",
+            ),
+            (
+                PARAM_CHECKSUM,
+                ParamValue::Bool(d.checksum),
+                "check every fragment and rendezvous payload written into shared memory with a Fletcher-64 checksum; a mismatch fails the peer that wrote it (a debugging aid, at a cost in speed; must be equal on every rank)",
             ),
         ];
         for (name, default, help) in params {
@@ -410,7 +442,7 @@ impl BtlComponentImpl for ShmComponent {
 fn attributes(cfg: &Config) -> BtlAttributes {
     use fireopal_abi::btl::{exclusivity, BtlFlags};
     BtlAttributes {
-        max_sendi_size: cfg.fbox_max.saturating_sub(8) as u64,
+        max_sendi_size: cfg.sendi_max() as u64,
         eager_limit: cfg.eager_limit as u64,
         max_send_size: cfg.max_send,
         max_header_size: u32::from(u8::MAX),

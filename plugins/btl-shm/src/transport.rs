@@ -34,6 +34,8 @@ use crate::queue::{
 };
 use crate::{attributes, sys, Config};
 
+mod checksum;
+
 /// Largest active-message header.
 const MAX_HEADER: usize = u8::MAX as usize;
 /// Entries taken from one fast box per `progress` call.
@@ -78,6 +80,9 @@ pub struct Counters {
     pub unmaps_received: u64,
     /// Queue slots found corrupt that named no valid sender.
     pub corrupt_slots: u64,
+    /// Fragments and rendezvous payloads that did not match their
+    /// checksum (`btl_shm_checksum`); each failed the peer that wrote it.
+    pub checksum_errors: u64,
 }
 
 /// A fragment with its data owned, waiting to be written.
@@ -224,12 +229,14 @@ struct Peer {
     /// Whether process_vm_readv works on this peer, or why not.
     cma: Result<(), String>,
     failed: Option<String>,
+    /// Whether fragments to this peer carry checksums.
+    checksum: bool,
 }
 
 impl Peer {
     /// Most fragment data one write to this peer can carry.
     fn fifo_capacity(&self) -> usize {
-        self.layout.fifo_data_capacity()
+        self.layout.fifo_data_capacity() - checksum::trailer_len(self.checksum)
     }
 
     /// Writes `frag` now (fast box, else queue slot), with the next
@@ -241,6 +248,8 @@ impl Peer {
         frag: &Frag<'_>,
         counters: &mut Counters,
     ) -> Result<bool, Malformed> {
+        let mut trailer = [0; fireopal_core::shmq::sum::TRAILER];
+        let frag = &self.seal(self.tx_seq, frag, &mut trailer);
         let view = self.seg.view();
         if self.fbox_tx.try_write(&view, self.tx_seq, frag) {
             self.tx_seq = seq_next(self.tx_seq);
@@ -352,6 +361,7 @@ fn io_error(what: &str, e: std::io::Error) -> PluginError {
 }
 
 fn malformed(rank: Rank, what: &str, e: Malformed) -> PluginError {
+    let what = checksum::describe(what, &e);
     PluginError::new(
         ErrorKind::MALFORMED,
         format!("{what} from rank {rank}: {e}"),
@@ -413,7 +423,7 @@ impl ShmTransport {
                 .map_err(|_| PluginError::invalid("fast-box entry size too large"))?,
             fifo_slots: cfg.fifo_slots,
             fifo_slot_bytes: u32::try_from(round_up(
-                SLOT_DATA + cfg.eager_limit + MAX_HEADER,
+                SLOT_DATA + cfg.eager_limit + MAX_HEADER + checksum::trailer_len(cfg.checksum),
                 LINE,
             ))
             .map_err(|_| PluginError::invalid("eager limit too large"))?,
@@ -900,7 +910,7 @@ impl State {
 
     /// Copies `payload` into the staging pool; `None` when it is full.
     fn stage(&mut self, payload: &[u8]) -> Result<Option<StageSlot>, PluginError> {
-        let Some(slot) = self
+        let Some(mut slot) = self
             .staging
             .alloc(payload.len(), &mut self.next_seg_id)
             .map_err(|e| io_error("cannot grow the staging pool", e))?
@@ -908,7 +918,8 @@ impl State {
             return Ok(None);
         };
         if let Some((_, view)) = self.staging.segment(&slot) {
-            view.write(slot.offset as usize, payload);
+            slot.sum =
+                checksum::write_staged(&view, slot.offset as usize, payload, self.cfg.checksum);
         }
         self.counters.rndv_staged += 1;
         Ok(Some(slot))
@@ -949,7 +960,14 @@ impl State {
     ) -> Result<(), PluginError> {
         let id = self.next_op;
         self.next_op += 1;
-        let rts = Rts { id, len, source }.encode();
+        let sum = self.rts_sum(&origin);
+        let rts = Rts {
+            id,
+            len,
+            source,
+            sum,
+        }
+        .encode();
         let frag = Frag {
             kind: Kind::Rts,
             tag,
@@ -1094,6 +1112,7 @@ impl State {
                         seg,
                         offset: slot.offset,
                     },
+                    sum: slot.sum,
                 }
                 .encode();
                 self.rts.insert(
@@ -1253,10 +1272,7 @@ impl State {
         let rank = peer.rank;
         let pending = std::mem::take(&mut peer.pending);
         self.active.retain(|&a| a != p);
-        self.log(
-            LogLevel::Warn,
-            &format!("shm: rank {rank} failed: {error}"),
-        );
+        self.log(LogLevel::Warn, &format!("shm: rank {rank} failed: {error}"));
         self.events.push_back(Event::PeerFailed(rank, error));
         self.drop_peer_work(p, rank, pending);
     }
@@ -1400,6 +1416,17 @@ impl State {
                     }
                     peer.rx_seq = seq_next(peer.rx_seq);
                     let lines = h.lines();
+                    let frag = (h.kind, h.tag, h.hdr_len);
+                    let data = match checksum::open(
+                        self.cfg.checksum,
+                        &mut self.counters,
+                        h.seq,
+                        frag,
+                        data,
+                    ) {
+                        Ok(data) => data,
+                        Err(e) => break Err(e),
+                    };
                     let handled = if h.kind == Kind::Active {
                         // The common case, straight to the host.
                         let (header, payload) =
@@ -1453,6 +1480,13 @@ impl State {
         }
         peer.rx_seq = seq_next(peer.rx_seq);
         let rank = peer.rank;
+        let data = match checksum::open(self.cfg.checksum, &mut self.counters, seq, frag, data) {
+            Ok(data) => data,
+            Err(e) => {
+                self.fail_peer(p, malformed(rank, "corrupt queue fragment", e));
+                return events;
+            }
+        };
         match self.handle(p, frag.0, frag.1, frag.2, data, sink) {
             Ok(n) => events += n,
             Err(e) => self.fail_peer(p, malformed(rank, "corrupt queue fragment", e)),
@@ -1490,7 +1524,9 @@ impl State {
                     .get(RTS_LEN..)
                     .filter(|h| h.len() == hdr_len)
                     .ok_or(Malformed::Inconsistent("rendezvous header length"))?;
-                let status = self.receive_rts(p, rank, tag, header, &rts, sink);
+                let mut checked = checksum::Checked::new(sink, rts.sum, self.cfg.checksum);
+                let status = self.receive_rts(p, rank, tag, header, &rts, &mut checked);
+                checked.verdict(&mut self.counters)?;
                 let fin = Fin { id: rts.id, status }.encode();
                 let frag = Frag::control(Kind::Fin, &fin);
                 let _ = self.emit(p, &frag, None);
@@ -1784,6 +1820,7 @@ impl State {
         if a.boot_id != self.boot_id {
             return Err("published from another node (boot id differs)".into());
         }
+        self.agree(&a)?;
         if a.rank != addr.rank {
             return Err(format!("address belongs to rank {}", a.rank));
         }
@@ -1831,8 +1868,9 @@ impl State {
             },
         )
         .map_err(|e| format!("segment header: {e}"))?;
-        if layout.fifo_data_capacity() < RTS_LEN + MAX_HEADER
-            || layout.fbox_data_capacity() < wire::FIN_LEN
+        let trailer = checksum::trailer_len(self.cfg.checksum);
+        if layout.fifo_data_capacity() < RTS_LEN + MAX_HEADER + trailer
+            || layout.fbox_data_capacity() < wire::FIN_LEN + trailer
         {
             return Err("peer's queue slots are too small".into());
         }
@@ -1863,6 +1901,7 @@ impl State {
             rx_seq: 0,
             cma,
             failed: None,
+            checksum: self.cfg.checksum,
         });
         self.active.push(a.local);
         self.local_of_rank.insert(a.rank, a.local);
@@ -2063,6 +2102,7 @@ impl Transport for ShmTransport {
             file_id: sref.file_id,
             probe: sref.base,
             boot_id: self.st.boot_id,
+            checksum: self.st.cfg.checksum,
         }
         .encode()
         .to_vec())
@@ -2128,7 +2168,7 @@ impl Transport for ShmTransport {
         }
         let st = &mut self.st;
         let local = st.local as u16;
-        let too_big = header.len() + payload.len() > st.cfg.fbox_max.saturating_sub(8);
+        let too_big = header.len() + payload.len() > st.cfg.sendi_max();
         let p = st.local_of_rank.get(&peer).copied();
         let target = p
             .and_then(|p| st.peers.get_mut(p as usize))

@@ -144,6 +144,7 @@ fn corrupt(ctx: &mut Ctx) -> Result<String, String> {
                     },
                     offset: 4096,
                 },
+                sum: None,
             }
             .encode();
             let at = ring + 3 * LINE;

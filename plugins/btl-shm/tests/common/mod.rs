@@ -48,8 +48,16 @@ impl HostServices for TestHost {
     }
 }
 
-/// A host for rank `rank` of `size` processes, all on one node.
+/// A host for rank `rank` of `size` processes, all on one node. With
+/// `SHM_TEST_CHECKSUM=yes` in the environment, `btl_shm_checksum` is on
+/// unless `params` say otherwise, so that any test can be run with
+/// checksums.
 pub fn host(rank: u32, size: u32, key: [u8; 32], params: &[(&str, ParamValue)]) -> Host {
+    let mut all: Vec<(&str, ParamValue)> = Vec::new();
+    if std::env::var("SHM_TEST_CHECKSUM").is_ok_and(|v| v == "yes") {
+        all.push((fireopal_btl_shm::PARAM_CHECKSUM, ParamValue::Bool(true)));
+    }
+    all.extend_from_slice(params);
     Host::from_impl(TestHost {
         job: JobInfo {
             rank,
@@ -58,10 +66,7 @@ pub fn host(rank: u32, size: u32, key: [u8; 32], params: &[(&str, ParamValue)]) 
             local_size: size,
             job_key: key,
         },
-        params: params
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
-            .collect(),
+        params: all.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
     })
 }
 
