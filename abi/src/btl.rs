@@ -320,15 +320,14 @@ pub trait EventSink {
 ///
 /// # Errors
 ///
-/// An `Err` from [`progress`](Transport::progress) stops the host's
-/// `Messenger::progress` at that module and is returned to the runtime;
-/// the messenger does not skip, disable or drop the module, and the
-/// `fireopal` command and the examples end the rank on it, and with it
-/// the job. Report one peer's trouble with
-/// [`EventSink::peer_failed`] and one operation's with its completion;
-/// return `Err` only when the module as a whole cannot go on. An `Err`
-/// from `attributes`, `address` or `add_peers` during setup fails
-/// `Messenger::init` the same way.
+/// An `Err` (or a panic) from [`progress`](Transport::progress) closes
+/// the module: the host never calls it again, completes its pending
+/// operations with the error, and routes its peers over the next module
+/// that reaches them; a peer no other module reaches fails. Report one
+/// peer's trouble with [`EventSink::peer_failed`] and one operation's
+/// with its completion; return `Err` only when the module as a whole
+/// cannot go on. An `Err` from `attributes` or `address` during setup
+/// drops the module, and one from `add_peers` closes it, the same way.
 pub trait Transport: Send + 'static {
     /// The module's limits and figures; called once after `open`.
     fn attributes(&self) -> Result<BtlAttributes, PluginError>;
@@ -602,10 +601,12 @@ pub trait BtlComponentImpl: 'static {
     /// host can rank and stripe across them. Called only after `query`
     /// answered `Available`; an empty list means nothing usable was found.
     ///
-    /// An `Err` fails `Messenger::init`, which the runtimes of this project
-    /// treat as fatal: the rank ends and the job with it, and no other
-    /// transport is tried instead. A component that finds nothing usable
-    /// should answer `Unavailable` from `query`, or return an empty list.
+    /// An `Err` (or a panic) leaves the component out of the job with the
+    /// reason logged and shown by `fireopal info`; the job goes on over the
+    /// other transports. It is an error of the job only when the user
+    /// named the component in an include list (`FIREOPAL_BTL=name`). A
+    /// component that finds nothing usable should rather answer
+    /// `Unavailable` from `query`, or return an empty list.
     fn open(host: Host) -> Result<Vec<Self::Module>, PluginError>;
 }
 

@@ -41,8 +41,10 @@
 //! - **Removed peers.** [`btl::Transport::remove_peer`] has no event
 //!   sink: the failed completions of the peer's pending operations are
 //!   reported by the next `progress` calls.
-//! - **Errors.** An error from `open` or from `progress` ends the job
-//!   today: the messenger has no fallback for either
+//! - **Errors.** An error (or a panic) from `open` leaves the component
+//!   out of the job, and one from `progress` closes the module: the host
+//!   routes its peers over the next module that reaches them. Only a
+//!   component the user named in an include list is required to open
 //!   ([`btl::BtlComponentImpl::open`], [`btl::Transport`]).
 //! - **The job key.** [`host::JobInfo::job_key`] is a random secret shared
 //!   by the ranks of one job. A transport that accepts connections proves
