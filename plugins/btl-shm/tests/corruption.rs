@@ -6,66 +6,20 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{progress_until, run, Ctx, Job, Sink};
+use common::{map_queue_segment, progress_until, run, word, Ctx, Job, Sink};
 use fireopal_abi::btl::{SendiOutcome, Transport};
 use fireopal_abi::ErrorKind;
 use fireopal_core::shmq::fbox::EntryHeader;
 use fireopal_core::shmq::fifo::FragmentHeader;
-use fireopal_core::shmq::layout::{HeaderExpect, Layout, HEADER_LEN, SLOT_DATA};
-use fireopal_core::shmq::wire::{Address, Rts, SegmentRef, Source};
+use fireopal_core::shmq::layout::SLOT_DATA;
+use fireopal_core::shmq::wire::{Rts, SegmentRef, Source};
 use fireopal_core::shmq::{Kind, LINE};
 
 const VICTIM: u32 = 2;
 const HEALTHY: u32 = 4;
-
-/// Maps another process's queue segment the way a peer does, with the
-/// test's own system calls; returns its base and layout.
-fn map_queue_segment(ctx: &Ctx, rank: u32) -> (*mut u8, Layout) {
-    let a = Address::decode(&ctx.addresses[rank as usize]).expect("address");
-    // SAFETY: plain system calls on numbers from the address; the result
-    // descriptors are checked.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, a.pid as libc::pid_t, 0);
-        assert!(pidfd >= 0, "pidfd_open");
-        let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, a.fd as i32, 0);
-        assert!(fd >= 0, "pidfd_getfd");
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            a.seg_len as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd as i32,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED, "mmap");
-        libc::close(fd as i32);
-        libc::close(pidfd as i32);
-        let header = std::slice::from_raw_parts(p.cast::<u8>(), HEADER_LEN);
-        let (layout, _) = Layout::decode_header(
-            header,
-            &HeaderExpect {
-                job_key: &ctx.key,
-                owner_rank: a.rank,
-                owner_local: a.local,
-                owner_pid: a.pid,
-                file_id: a.file_id,
-                file_len: a.seg_len,
-                local_size: ctx.size,
-            },
-        )
-        .expect("header");
-        (p.cast(), layout)
-    }
-}
-
-fn word(base: *mut u8, off: usize) -> &'static AtomicU64 {
-    // SAFETY: every offset used is an 8-aligned word inside the mapping,
-    // which the test never unmaps.
-    unsafe { AtomicU64::from_ptr(base.add(off).cast()) }
-}
 
 /// Three peers each corrupt something in the victim's segment after a
 /// few good messages: rank 0 a fast-box header (length past any entry),

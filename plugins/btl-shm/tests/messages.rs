@@ -1,6 +1,7 @@
 //! Active messages between forked processes: sizes from 0 B to 4 MiB in
 //! order with 2, 4 and 8 processes, `sendi`'s all-or-nothing contract,
-//! completions exactly once, and 10^5 small messages each way.
+//! completions exactly once, and 10^5 small messages each way; the first
+//! two again with `btl_shm_checksum` on.
 
 mod common;
 
@@ -9,7 +10,9 @@ use std::time::Duration;
 
 use common::{fill, matches, progress_until, run, Ctx, Job, Sink};
 use fireopal_abi::btl::{Completion, SendiOutcome, Transport};
+use fireopal_abi::param::ParamValue;
 use fireopal_abi::ErrorKind;
+use fireopal_btl_shm::PARAM_CHECKSUM;
 
 const SIZES: [usize; 18] = [
     0,
@@ -151,6 +154,9 @@ fn all_sizes(ctx: &mut Ctx) -> Result<String, String> {
     }
     ctx.barrier();
     let c = ctx.module.counters();
+    if c.checksum_errors != 0 {
+        return Err(format!("{} checksum errors", c.checksum_errors));
+    }
     Ok(format!(
         "sendi {sendi_used}, pending {}, fbox {}, fifo {}, queued {}, staged {}, mapped {}",
         pending.len(),
@@ -184,6 +190,19 @@ fn every_size_in_order_with_4_processes() {
 #[test]
 fn every_size_in_order_with_8_processes() {
     run(job(8), all_sizes);
+}
+
+const CHECKSUMS: [(&str, ParamValue); 1] = [(PARAM_CHECKSUM, ParamValue::Bool(true))];
+
+#[test]
+fn every_size_in_order_with_4_processes_and_checksums() {
+    run(
+        Job {
+            params: &CHECKSUMS,
+            ..job(4)
+        },
+        all_sizes,
+    );
 }
 
 /// `sendi` fills the fast box and the queue until `Busy`; a `send` then
@@ -292,6 +311,16 @@ fn sendi_contract(ctx: &mut Ctx) -> Result<String, String> {
 #[test]
 fn sendi_is_all_or_nothing_and_busy_behind_queued_sends() {
     let out = run(Job::default(), sendi_contract);
+    eprintln!("{out:?}");
+}
+
+#[test]
+fn sendi_contract_holds_with_checksums() {
+    let job = Job {
+        params: &CHECKSUMS,
+        ..Job::default()
+    };
+    let out = run(job, sendi_contract);
     eprintln!("{out:?}");
 }
 

@@ -37,11 +37,11 @@ pub(super) fn trailer_len(on: bool) -> usize {
     }
 }
 
-/// The error for corrupt data from `rank`: `what` was found wrong, and a
-/// checksum mismatch says so, naming the parameter.
+/// What an error calls corrupt data: a checksum mismatch says so and
+/// names the parameter; anything else keeps `what`.
 pub(super) fn describe<'w>(what: &'w str, e: &Malformed) -> &'w str {
     match e {
-        Malformed::Checksum { .. } => "checksum mismatch (btl_shm_checksum) on data",
+        Malformed::Checksum { .. } => "shm checksum mismatch (btl_shm_checksum)",
         _ => what,
     }
 }

@@ -15,6 +15,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,8 @@ use fireopal_abi::host::{Host, HostServices, JobInfo, LogLevel};
 use fireopal_abi::param::ParamValue;
 use fireopal_abi::PluginError;
 use fireopal_btl_shm::{ShmComponent, ShmTransport};
+use fireopal_core::shmq::layout::{HeaderExpect, Layout, HEADER_LEN};
+use fireopal_core::shmq::wire::Address;
 
 /// Host services of a test process.
 #[derive(Clone)]
@@ -492,4 +495,61 @@ pub fn matches(buf: &[u8], src: u32, dst: u32, index: u32) -> bool {
     buf.iter()
         .enumerate()
         .all(|(i, &b)| b == pattern(src, dst, index, i))
+}
+
+/// Maps `len` bytes of the file that process `pid` holds as descriptor
+/// `fd`, shared and writable, fetched with the test's own system calls as
+/// any process of the same user could; never unmapped.
+pub fn map_foreign(pid: u32, fd: u32, len: usize) -> *mut u8 {
+    // SAFETY: plain system calls on numbers from a published address or
+    // request; every result is checked.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0);
+        assert!(pidfd >= 0, "pidfd_open");
+        let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, fd as i32, 0);
+        assert!(fd >= 0, "pidfd_getfd");
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd as i32,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap");
+        libc::close(fd as i32);
+        libc::close(pidfd as i32);
+        p.cast()
+    }
+}
+
+/// Maps another process's queue segment the way a peer does; returns its
+/// base and its checked layout.
+pub fn map_queue_segment(ctx: &Ctx, rank: u32) -> (*mut u8, Layout) {
+    let a = Address::decode(&ctx.addresses[rank as usize]).expect("address");
+    let base = map_foreign(a.pid, a.fd, a.seg_len as usize);
+    // SAFETY: the mapping holds the whole segment, longer than a header.
+    let header = unsafe { std::slice::from_raw_parts(base, HEADER_LEN) };
+    let (layout, _) = Layout::decode_header(
+        header,
+        &HeaderExpect {
+            job_key: &ctx.key,
+            owner_rank: a.rank,
+            owner_local: a.local,
+            owner_pid: a.pid,
+            file_id: a.file_id,
+            file_len: a.seg_len,
+            local_size: ctx.size,
+        },
+    )
+    .expect("header");
+    (base, layout)
+}
+
+/// The shared word at `off` of a mapping made by [`map_foreign`].
+pub fn word(base: *mut u8, off: usize) -> &'static AtomicU64 {
+    assert_eq!(off % 8, 0, "words are aligned");
+    // SAFETY: an aligned word inside a mapping that is never unmapped
+    // (the callers' offsets come from a checked layout).
+    unsafe { AtomicU64::from_ptr(base.add(off).cast()) }
 }
