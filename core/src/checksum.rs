@@ -28,20 +28,26 @@ const MODULUS: u64 = 0xffff_ffff;
 const LANES: usize = 8;
 /// Bytes of a row (one word per lane).
 const ROW: usize = 4 * LANES;
+/// Inputs shorter than this are summed word by word: merging the lanes
+/// costs more than it saves below it.
+const SHORT: usize = 256;
 /// Rows summed before the lanes are reduced: a lane's `a` stays below
 /// `rows · 2^32` and its `b` below `rows² · 2^31`, far from overflowing.
 const BLOCK_ROWS: usize = 8192;
 /// Words summed one at a time before both sums are reduced (the same
-/// bound).
+/// bound). Short inputs are reduced only when the checksum is taken, so
+/// that the few words of a small message cost a few additions.
 const SCALAR_RUN: usize = 8192;
 
 /// A Fletcher-64 computation in progress.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Fletcher64 {
-    /// Sum of the words, below the modulus between calls.
+    /// Sum of the words, reduced at most [`SCALAR_RUN`] words ago.
     a: u64,
-    /// Sum of the successive `a`s, below the modulus between calls.
+    /// Sum of the successive `a`s, reduced when `a` is.
     b: u64,
+    /// Words added since the sums were last reduced.
+    since: usize,
     /// Bytes of a word not complete yet.
     partial: [u8; 4],
     /// How many of `partial` are filled (0 to 3 between calls).
@@ -54,13 +60,36 @@ impl Fletcher64 {
         Self {
             a: 0,
             b: 0,
+            since: 0,
             partial: [0; 4],
             filled: 0,
         }
     }
 
     /// Adds `bytes` to the input.
-    pub fn update(&mut self, mut bytes: &[u8]) {
+    #[inline]
+    pub fn update(&mut self, bytes: &[u8]) {
+        if self.filled == 0 && bytes.len() < SHORT && self.since + SHORT / 4 <= SCALAR_RUN {
+            // A short piece (a fragment's header, a small message): word
+            // by word, without the machinery of long inputs.
+            let mut words = bytes.chunks_exact(4);
+            for w in &mut words {
+                self.a += u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+                self.b += self.a;
+                self.since += 1;
+            }
+            let tail = words.remainder();
+            for (dst, &src) in self.partial.iter_mut().zip(tail) {
+                *dst = src;
+            }
+            self.filled = tail.len();
+            return;
+        }
+        self.update_long(bytes);
+    }
+
+    /// [`update`](Self::update) for any input.
+    fn update_long(&mut self, mut bytes: &[u8]) {
         if self.filled > 0 {
             while self.filled < 4 {
                 let Some((&first, rest)) = bytes.split_first() else {
@@ -76,7 +105,12 @@ impl Fletcher64 {
         }
         let whole = bytes.len() / 4 * 4;
         let (words, tail) = bytes.split_at(whole);
-        let (rows, words) = words.split_at(words.len() / ROW * ROW);
+        let rows_len = if words.len() < SHORT {
+            0
+        } else {
+            words.len() / ROW * ROW
+        };
+        let (rows, words) = words.split_at(rows_len);
         for block in rows.chunks(ROW * BLOCK_ROWS) {
             self.rows(block);
         }
@@ -86,53 +120,83 @@ impl Fletcher64 {
     }
 
     /// Adds one little-endian 64-bit value, as its eight bytes.
+    #[inline]
     pub fn update_u64(&mut self, value: u64) {
-        self.update(&value.to_le_bytes());
+        if self.filled == 0 && self.since + 2 <= SCALAR_RUN {
+            // The two words straight away, the usual case.
+            self.a += value & MODULUS;
+            self.b += self.a;
+            self.a += value >> 32;
+            self.b += self.a;
+            self.since += 2;
+        } else {
+            self.update(&value.to_le_bytes());
+        }
     }
 
     /// The checksum of everything added: `b << 32 | a`, the last word
     /// padded with zero bytes.
+    #[inline]
     pub fn finish(&self) -> u64 {
         let mut done = *self;
         if done.filled > 0 {
             let mut last = [0u8; 4];
-            last[..done.filled].copy_from_slice(&done.partial[..done.filled]);
-            done.words(&last);
+            for (dst, &src) in last.iter_mut().zip(&done.partial).take(done.filled) {
+                *dst = src;
+            }
+            let w = u64::from(u32::from_le_bytes(last));
+            done.a += w;
+            done.b += done.a;
         }
+        done.reduce();
         done.b << 32 | done.a
     }
 
+    /// Takes both sums modulo the modulus.
+    #[inline]
+    fn reduce(&mut self) {
+        self.a %= MODULUS;
+        self.b %= MODULUS;
+        self.since = 0;
+    }
+
     /// Adds whole words (a multiple of 4 bytes), one at a time.
-    fn words(&mut self, bytes: &[u8]) {
-        let (mut a, mut b) = (self.a, self.b);
-        for run in bytes.chunks(4 * SCALAR_RUN) {
+    fn words(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let room = 4 * (SCALAR_RUN - self.since);
+            let (run, rest) = bytes.split_at(room.min(bytes.len()));
+            let (mut a, mut b) = (self.a, self.b);
             for w in run.chunks_exact(4) {
                 a += u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
                 b += a;
             }
-            a %= MODULUS;
-            b %= MODULUS;
+            (self.a, self.b) = (a, b);
+            self.since += run.len() / 4;
+            if self.since >= SCALAR_RUN {
+                self.reduce();
+            }
+            bytes = rest;
         }
-        (self.a, self.b) = (a, b);
     }
 
     /// Adds whole rows (a multiple of [`ROW`] bytes, at most a block).
     fn rows(&mut self, bytes: &[u8]) {
+        self.reduce();
         let (a, b) = lanes(bytes);
         // Word `k·L + l` of the `n = m·L` words is in lane `l`, weighted
         // `n - k·L - l` in `b`: the rows add `Σ a_l` to `a` and
         // `n·a + L·Σ b_l - Σ l·a_l` to `b`.
         let n = (bytes.len() / 4) as u64;
+        // A lane's `a` is below 2^45 and its `b` below 2^57 after a block,
+        // so their sums fit without reducing each lane first.
         let (mut sum_a, mut sum_b, mut weighted) = (0u64, 0u64, 0u64);
         for (lane, (a, b)) in a.iter().zip(&b).enumerate() {
-            let a = a % MODULUS;
             sum_a += a;
-            sum_b += b % MODULUS;
+            sum_b += b;
             weighted += lane as u64 * a;
         }
-        // Every term is below 2^32 times a small factor (`n` is at most a
-        // block's words), and the added modulus keeps the difference
-        // positive.
+        // Each term is below 2^48, and the added modulus keeps the
+        // difference positive.
         let b =
             self.b + MODULUS + n % MODULUS * self.a % MODULUS + LANES as u64 * (sum_b % MODULUS)
                 - weighted % MODULUS;
@@ -306,6 +370,19 @@ mod tests {
         let mut f = Fletcher64::new();
         f.update_u64(0x0807_0605_0403_0201);
         assert_eq!(f.finish(), fletcher64(&[1, 2, 3, 4, 5, 6, 7, 8]));
+        // Many small pieces, past the point where the sums are reduced.
+        let long = [0xffu8; 8 * SCALAR_RUN + 24];
+        let mut f = Fletcher64::new();
+        for piece in long.chunks(8) {
+            f.update_u64(u64::from_le_bytes(piece.try_into().unwrap()));
+        }
+        f.update(&[]);
+        assert_eq!(f.finish(), reference(&long));
+        let mut f = Fletcher64::new();
+        for piece in long.chunks(5) {
+            f.update(piece);
+        }
+        assert_eq!(f.finish(), reference(&long));
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::checksum::{fletcher64, Fletcher64};
 pub const TRAILER: usize = 8;
 
 /// The checksum of a fragment whose data is `parts` back to back.
+#[inline]
 pub fn fragment(seq: u32, kind: Kind, tag: u8, hdr_len: u8, parts: &[&[u8]]) -> u64 {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let mut f = Fletcher64::new();
@@ -35,6 +36,7 @@ pub fn fragment(seq: u32, kind: Kind, tag: u8, hdr_len: u8, parts: &[&[u8]]) -> 
 }
 
 /// The trailer of a fragment whose data is `parts`.
+#[inline]
 pub fn trailer(seq: u32, kind: Kind, tag: u8, hdr_len: u8, parts: &[&[u8]]) -> [u8; TRAILER] {
     fragment(seq, kind, tag, hdr_len, parts).to_le_bytes()
 }
