@@ -1,5 +1,6 @@
 //! What the processor offers beyond the compilation target's baseline,
-//! asked once with CPUID and remembered.
+//! asked once with CPUID and remembered: a fast `pdep` (process groups'
+//! bitmaps), AVX2 (checksums).
 //!
 //! The core is `no_std`, so `std::is_x86_feature_detected!` is not there;
 //! this module owns the few checks the hot paths need. A build for a target
@@ -37,6 +38,25 @@ pub(crate) fn has_fast_pdep() -> bool {
     }
 }
 
+/// Whether AVX2 is there and the operating system saves the 256-bit
+/// registers across context switches.
+#[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    {
+        true
+    }
+    #[cfg(all(target_arch = "x86_64", not(target_feature = "avx2")))]
+    {
+        x86::avx2()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use core::arch::x86_64::{__cpuid, __cpuid_count, CpuidResult};
@@ -57,6 +77,48 @@ mod x86 {
             NO => false,
             _ => detect(),
         }
+    }
+
+    /// The answer of [`avx2`], once known (as [`FAST_PDEP`]).
+    static AVX2: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+    #[inline]
+    #[allow(dead_code)] // only asked when the target does not say
+    pub(super) fn avx2() -> bool {
+        match AVX2.load(Ordering::Relaxed) {
+            YES => true,
+            NO => false,
+            _ => {
+                let yes = probe_avx2();
+                AVX2.store(if yes { YES } else { NO }, Ordering::Relaxed);
+                yes
+            }
+        }
+    }
+
+    fn probe_avx2() -> bool {
+        if cpuid(0, 0).eax < 7 {
+            return false;
+        }
+        let ecx = cpuid(1, 0).ecx;
+        let (osxsave, avx) = (ecx >> 27 & 1 == 1, ecx >> 28 & 1 == 1);
+        if !(osxsave && avx && cpuid(7, 0).ebx >> 5 & 1 == 1) {
+            return false;
+        }
+        let xcr0: u32;
+        // SAFETY: XGETBV with ECX = 0 only reads XCR0, and OSXSAVE (checked
+        // above) says the instruction is enabled.
+        unsafe {
+            core::arch::asm!(
+                "xgetbv",
+                in("ecx") 0,
+                out("eax") xcr0,
+                out("edx") _,
+                options(nomem, nostack, preserves_flags)
+            );
+        }
+        // The SSE and AVX state: the system saves the registers.
+        xcr0 & 0b110 == 0b110
     }
 
     #[cold]
@@ -113,5 +175,7 @@ mod tests {
     fn answer_is_stable() {
         let first = super::has_fast_pdep();
         assert_eq!(super::has_fast_pdep(), first);
+        let avx2 = super::has_avx2();
+        assert_eq!(super::has_avx2(), avx2);
     }
 }
