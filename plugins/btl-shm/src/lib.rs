@@ -434,6 +434,12 @@ impl BtlComponentImpl for ShmComponent {
             LogLevel::Info,
             &format!("shm: single copy: {}", module.single_copy_status()),
         );
+        if cfg.checksum {
+            host.log(
+                LogLevel::Info,
+                &format!("shm: fragments and payloads carry checksums ({PARAM_CHECKSUM})"),
+            );
+        }
         Ok(vec![module])
     }
 }
