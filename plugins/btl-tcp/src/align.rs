@@ -57,7 +57,7 @@ pub(crate) fn payload_pad(at: usize, len: usize, src: usize, dst: usize) -> u8 {
 /// burst (`chunk` when that leaves nothing).
 pub(crate) fn piece_limit(at: usize, chunk: usize) -> usize {
     let at = at % PAYLOAD_ALIGN;
-    let end = (at + chunk) / PAYLOAD_ALIGN * PAYLOAD_ALIGN;
+    let end = at.saturating_add(chunk) / PAYLOAD_ALIGN * PAYLOAD_ALIGN;
     if end > at {
         end - at
     } else {
@@ -158,6 +158,7 @@ mod tests {
         assert_eq!(piece_limit(40, 30), 24);
         assert_eq!(piece_limit(10, 30), 30);
         assert_eq!(piece_limit(0, 0), 0);
+        assert_eq!(piece_limit(10, usize::MAX), usize::MAX / 64 * 64 - 10);
     }
 
     #[test]

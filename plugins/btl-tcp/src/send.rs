@@ -3,11 +3,10 @@
 //!
 //! Each peer has a queue of unsent bytes. A message goes straight to the
 //! socket with one gathered `sendmsg` (frame header, message header,
-//! payload; messages over `btl_tcp_write_chunk` bytes in pieces of that
-//! size, each pushed to the peer at once) when the connection is up and
-//! nothing is queued; otherwise,
-//! or for what the socket did not take, the bytes are copied into the
-//! queue, which `progress` drains when epoll reports the socket writable.
+//! padding, payload; in pieces of `btl_tcp_write_chunk` bytes when that
+//! is set) when the connection is up and nothing is queued; otherwise, or
+//! for what the socket did not take, the bytes are copied into the queue,
+//! which `progress` drains when epoll reports the socket writable.
 //!
 //! - `sendi` answers `Busy` (sending nothing) when the message is larger
 //!   than the eager limit, the connection is not up yet (it is started),
@@ -40,6 +39,10 @@ use crate::conn::ConnId;
 use crate::module::{Notice, PeerState, TcpModule};
 use crate::queue::{Done, OutItem};
 use crate::sys::{Gather, Socket, MAX_IOV};
+
+/// RDMA operations of at least this many bytes are written at once even
+/// while others are in flight (see `rdma_write_when`).
+const LARGE_RDMA: usize = 64 << 10;
 
 /// When a queued item is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,10 +81,8 @@ pub(crate) fn gather_from<'a, const N: usize>(
 /// [`crate::align`]), until all is written or the socket takes less than
 /// a piece; returns the new `written`.
 ///
-/// Pieces keep each `sendmsg` at or under one loopback segment: a single
-/// `sendmsg` a little over it (a 64 KiB message and its frame header) is
-/// cut by TCP into a full segment and a tiny one, and a stream of those
-/// moved 64 KiB messages at a third of the bandwidth of pieces.
+/// With the default `btl_tcp_write_chunk` (no limit) this is one
+/// `sendmsg` while the socket takes everything.
 pub(crate) fn write_pieces(
     sock: &Socket,
     parts: &[&[u8]; 4],
@@ -166,7 +167,7 @@ impl TcpModule {
     /// Large ones leave at once: their data amortises the call, and
     /// writing while the host issues more keeps the socket busy.
     pub(crate) fn rdma_write_when(&self, len: usize) -> WriteWhen {
-        if self.ops.len() <= 1 || len >= self.settings.write_chunk {
+        if self.ops.len() <= 1 || len >= self.settings.write_chunk.min(LARGE_RDMA) {
             WriteWhen::Now
         } else {
             WriteWhen::NextProgress
