@@ -421,7 +421,7 @@ impl Transport for TcpModule {
             .encode();
         let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..usize::from(pad)], payload];
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        match write_pieces(&conn.sock, &parts, 0, self.settings.write_chunk) {
+        match write_pieces(&conn.sock, &parts, 0, 0) {
             Ok(0) => Ok(SendiOutcome::Busy),
             Ok(n) if n == total => Ok(SendiOutcome::Sent),
             Ok(n) => {
@@ -494,7 +494,7 @@ impl Transport for TcpModule {
                 if let Some(conn) = self.conns.get(id) {
                     // In pieces, so the receiver copies the first while we
                     // copy the next.
-                    match write_pieces(&conn.sock, &parts, 0, self.settings.write_chunk) {
+                    match write_pieces(&conn.sock, &parts, 0, 0) {
                         Ok(n) if n == total => return Ok(Completion::Done),
                         Ok(n) => written = n,
                         Err(e) => return Err(self.lost(rank, &e)),

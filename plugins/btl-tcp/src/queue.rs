@@ -176,6 +176,11 @@ impl SendQueue {
         self.items.is_empty()
     }
 
+    /// Frames (or rests of frames) waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
     /// Unsent bytes.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes

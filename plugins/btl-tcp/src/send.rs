@@ -3,10 +3,11 @@
 //!
 //! Each peer has a queue of unsent bytes. A message goes straight to the
 //! socket with one gathered `sendmsg` (frame header, message header,
-//! padding, payload; in pieces of `btl_tcp_write_chunk` bytes when that
-//! is set) when the connection is up and nothing is queued; otherwise, or
-//! for what the socket did not take, the bytes are copied into the queue,
-//! which `progress` drains when epoll reports the socket writable.
+//! padding, payload) when the connection is up and nothing is queued;
+//! otherwise, or for what the socket did not take, the bytes are copied
+//! into the queue, which `progress` drains when epoll reports the socket
+//! writable, in pieces of `btl_tcp_write_chunk` bytes while more than one
+//! frame waits.
 //!
 //! - `sendi` answers `Busy` (sending nothing) when the message is larger
 //!   than the eager limit, the connection is not up yet (it is started),
@@ -81,8 +82,8 @@ pub(crate) fn gather_from<'a, const N: usize>(
 /// [`crate::align`]), until all is written or the socket takes less than
 /// a piece; returns the new `written`.
 ///
-/// With the default `btl_tcp_write_chunk` (no limit) this is one
-/// `sendmsg` while the socket takes everything.
+/// The callers write a lone frame with `chunk` 0: one `sendmsg` while
+/// the socket takes everything.
 pub(crate) fn write_pieces(
     sock: &Socket,
     parts: &[&[u8]; 4],
@@ -198,7 +199,14 @@ impl TcpModule {
         let notices = &mut self.notices;
         let mut failure = None;
         while !peer.queue.is_empty() {
-            let limit = piece_limit(peer.queue.front_position(), self.settings.write_chunk);
+            // Pieces only while more frames wait: each piece is pushed at
+            // once, so the peer copies the first while we write the rest. A
+            // lone frame is pushed at its end anyway and goes whole.
+            let limit = if peer.queue.len() > 1 {
+                piece_limit(peer.queue.front_position(), self.settings.write_chunk)
+            } else {
+                0
+            };
             let mut g = Gather::<MAX_IOV>::with_limit(limit);
             peer.queue.gather(&mut g);
             let total = g.total();
