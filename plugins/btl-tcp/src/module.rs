@@ -317,6 +317,27 @@ pub(crate) fn io_error(what: &str, e: &io::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{what}: {e}"))
 }
 
+/// The fixed header of an active message whose frame starts `at` bytes
+/// into its burst of writes, and its padding (see [`crate::align`]).
+fn active_frame(
+    at: usize,
+    tag: u8,
+    header: &[u8],
+    payload: &[u8],
+) -> ([u8; FRAME_HEADER_LEN], usize) {
+    // The receiver lands a large payload in its own aligned buffer.
+    let pad = payload_pad(
+        at + FRAME_HEADER_LEN + header.len(),
+        payload.len(),
+        payload.as_ptr() as usize,
+        0,
+    );
+    let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64)
+        .with_pad(pad)
+        .encode();
+    (frame, usize::from(pad))
+}
+
 impl Transport for TcpModule {
     fn attributes(&self) -> Result<BtlAttributes, PluginError> {
         let s = &self.settings;
@@ -410,16 +431,8 @@ impl Transport for TcpModule {
             return Ok(SendiOutcome::Busy);
         };
         // Nothing is queued, so this frame starts a write.
-        let pad = payload_pad(
-            FRAME_HEADER_LEN + header.len(),
-            payload.len(),
-            payload.as_ptr() as usize,
-            0,
-        );
-        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64)
-            .with_pad(pad)
-            .encode();
-        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..usize::from(pad)], payload];
+        let (frame, pad) = active_frame(0, tag, header, payload);
+        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..pad], payload];
         let total: usize = parts.iter().map(|p| p.len()).sum();
         match write_pieces(&conn.sock, &parts, 0, 0) {
             Ok(0) => Ok(SendiOutcome::Busy),
@@ -477,16 +490,8 @@ impl Transport for TcpModule {
         if let PeerState::Failed(e) = &peer.state {
             return Err(e.clone());
         }
-        let pad = payload_pad(
-            peer.queue.next_position() + FRAME_HEADER_LEN + header.len(),
-            payload.len(),
-            payload.as_ptr() as usize,
-            0,
-        );
-        let frame = FrameHeader::active(tag, header.len() as u16, payload.len() as u64)
-            .with_pad(pad)
-            .encode();
-        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..usize::from(pad)], payload];
+        let (frame, pad) = active_frame(peer.queue.next_position(), tag, header, payload);
+        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..pad], payload];
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut written = 0;
         if let PeerState::Established(id) = peer.state {
