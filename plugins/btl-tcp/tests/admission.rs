@@ -68,20 +68,11 @@ fn exchange(procs: &mut [Proc], round: u64, count: usize) {
     for i in 0..count as u64 {
         let len = 100 + (i as usize * 997) % 9000;
         let seed = round * 1000 + i;
-        let got = &procs[1]
-            .rec
-            .from(0)
-            .nth(before[1] + i as usize)
-            .unwrap()
-            .payload;
-        assert_eq!(got, &pattern(seed, len), "message {i} to rank 1");
-        let got = &procs[0]
-            .rec
-            .from(1)
-            .nth(before[0] + i as usize)
-            .unwrap()
-            .payload;
-        assert_eq!(got, &pattern(seed + 500, len), "message {i} to rank 0");
+        for (to, from, seed) in [(1, 0, seed), (0, 1, seed + 500)] {
+            let got = &procs[to].rec.from(from).nth(before[to] + i as usize);
+            let got = &got.unwrap().payload;
+            assert_eq!(got, &pattern(seed, len), "message {i} to rank {to}");
+        }
     }
 }
 
