@@ -1,16 +1,80 @@
-//! `fireopal`: the std host runtime.
+//! `fireopal`: the host runtime a communication library is built on.
 //!
-//! - [`param`]: typed parameters (command line > environment > default);
-//! - [`plugin`]: plugin discovery, loading and component selection;
-//! - [`bootstrap`]: rank, size and key-value exchange for a job;
-//! - [`memheap`]: the symmetric heap and its built-in `buddy` allocator;
-//! - [`cli`]: the `fireopal` command.
+//! A runtime (an OpenSHMEM or MPI layer, a test program) meets five
+//! modules:
+//!
+//! - [`btl`]: the [`Messenger`](btl::Messenger), active messages and
+//!   one-sided transfers between the ranks of a job over every selected
+//!   transport. [`init`](btl::Messenger::init) it once on every rank (it is
+//!   collective), [`register`](btl::Messenger::register) a handler per tag,
+//!   [`send`](btl::Messenger::send), and call
+//!   [`progress`](btl::Messenger::progress) until what you wait for has
+//!   arrived: handlers run inside it. Memory registered with
+//!   [`register_memory`](btl::Messenger::register_memory) can be the target
+//!   of [`put`](btl::Messenger::put) and [`get`](btl::Messenger::get).
+//! - [`bootstrap`]: [`Bootstrap::init`](bootstrap::Bootstrap::init) gives
+//!   this process's rank, the job's size, the ranks on its node, the job key
+//!   and a key-value store with fences and barriers, under `fireopal run`,
+//!   Hydra or Slurm (PMI-1), or alone as a singleton. [`bootstrap::launch`]
+//!   starts a job of local processes.
+//! - [`memheap`]: the [`SymmetricHeap`](memheap::SymmetricHeap), a segment
+//!   of the same size on every rank where the same calls give the same
+//!   offsets.
+//! - [`param`]: typed parameters; a value comes from `--param name=value`,
+//!   then `FIREOPAL_<NAME>`, then the default.
+//! - [`plugin`]: discovery, loading and selection of components (the
+//!   transports, the heap allocators). [`Registry::open`](plugin::Registry::open)
+//!   is a runtime's first call after the bootstrap; the messenger and the
+//!   heap are made from the registry.
+//!
+//! Every rank of a job runs the same code:
+//!
+//! ```no_run
+//! use std::cell::Cell;
+//! use std::rc::Rc;
+//!
+//! use fireopal::bootstrap::Bootstrap;
+//! use fireopal::btl::{Incoming, Messenger};
+//! use fireopal::plugin::{Options, Registry};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! const HELLO: u8 = 1;
+//!
+//! let mut boot = Bootstrap::init()?;
+//! let options = Options {
+//!     job: boot.job_info(),
+//!     ..Options::default()
+//! };
+//! let registry = Registry::open(&options)?;
+//! let mut messenger = Messenger::init(&registry, &mut boot)?;
+//!
+//! // Handlers only record what arrived: they cannot send.
+//! let arrived = Rc::new(Cell::new(0));
+//! let count = Rc::clone(&arrived);
+//! messenger.register(HELLO, move |m: &Incoming<'_>| {
+//!     count.set(count.get() + m.payload.len());
+//! })?;
+//!
+//! let next = (messenger.rank() + 1) % messenger.size();
+//! messenger.send(next, HELLO, &[], b"hello")?;
+//! while arrived.get() == 0 || messenger.pending_sends() > 0 {
+//!     messenger.progress()?;
+//! }
+//!
+//! boot.barrier()?;
+//! drop(messenger);
+//! boot.finalize()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The `fireopal` command (`fireopal run`, `info`, `bench`, `conformance`)
+//! is a client of this library and is not part of it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bootstrap;
 pub mod btl;
-pub mod cli;
 pub mod memheap;
 pub mod param;
 pub mod plugin;

@@ -1,8 +1,8 @@
 //! The transport conformance suite: the same checks (`fireopal
-//! conformance`, in `host/src/cli/conformance.rs`) against every BTL, each
-//! run as a real job under `fireopal run`. Adding a transport is one line
-//! below. The suite also passes an out-of-tree transport built after the
-//! host, and fails a broken one.
+//! conformance`, in `host/src/bin/fireopal/conformance.rs`) against every
+//! BTL, each run as a real job under `fireopal run`. Adding a transport is
+//! one line below. The suite also passes an out-of-tree transport built
+//! after the host, and fails a broken one.
 
 use std::path::Path;
 use std::process::Command;

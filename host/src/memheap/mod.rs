@@ -59,7 +59,7 @@
 
 pub mod buddy;
 mod mapping;
-mod size;
+pub(crate) mod size;
 
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -71,13 +71,23 @@ use fireopal_abi::PluginError;
 
 pub use mapping::MapError;
 pub use size::{
-    parse_symmetric_size, resolve_symmetric_size, symmetric_size_spec, SizeError, SymmetricSize,
-    DEFAULT_SYMMETRIC_SIZE, SHMEM_SYMMETRIC_SIZE, SYMMETRIC_SIZE_PARAM,
+    parse_symmetric_size, symmetric_size_spec, SizeError, SymmetricSize, DEFAULT_SYMMETRIC_SIZE,
+    SHMEM_SYMMETRIC_SIZE, SYMMETRIC_SIZE_PARAM,
 };
 
+// This module opens its allocator through the plugin registry; discovery
+// reaches back only into `buddy` (the built-in component) and `size` (the
+// `symmetric_size` parameter), neither of which depends on `plugin`.
 use crate::plugin::{OpenError, Options, Registry};
 use mapping::Mapping;
-pub(crate) use size::check_symmetric_size;
+
+/// Decides the heap size for `options` (the same command line and
+/// environment discovery used): `--param symmetric_size=` beats
+/// `FIREOPAL_SYMMETRIC_SIZE`, which beats `SHMEM_SYMMETRIC_SIZE`, which
+/// beats [`DEFAULT_SYMMETRIC_SIZE`].
+pub fn resolve_symmetric_size(options: &Options) -> Result<SymmetricSize, SizeError> {
+    size::resolve(&options.command_line, options.environment.as_deref())
+}
 
 /// Alignment of `malloc`, `calloc` and `realloc` results: enough for any
 /// scalar type (as `max_align_t` on x86-64 and aarch64).

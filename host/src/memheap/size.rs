@@ -6,7 +6,6 @@ use std::fmt;
 use fireopal_abi::param::{ParamSpec, ParamValue};
 
 use crate::param::{ParamError, ParamStore, Source, ENV_PREFIX};
-use crate::plugin::Options;
 
 /// Name of the host parameter (`--param symmetric_size=`,
 /// `FIREOPAL_SYMMETRIC_SIZE`).
@@ -180,13 +179,14 @@ pub struct SymmetricSize {
     pub from: String,
 }
 
-/// Decides the heap size for `options` (the same command line and
-/// environment discovery used): `--param symmetric_size=` beats
-/// `FIREOPAL_SYMMETRIC_SIZE`, which beats `SHMEM_SYMMETRIC_SIZE`, which
-/// beats [`DEFAULT_SYMMETRIC_SIZE`].
-pub fn resolve_symmetric_size(options: &Options) -> Result<SymmetricSize, SizeError> {
-    let environment: Vec<(String, String)> = match &options.environment {
-        Some(env) => env.clone(),
+/// [`resolve_symmetric_size`](super::resolve_symmetric_size) for a
+/// command line and an environment (`None`: this process's).
+pub(super) fn resolve(
+    command_line: &[(String, String)],
+    environment: Option<&[(String, String)]>,
+) -> Result<SymmetricSize, SizeError> {
+    let environment: Vec<(String, String)> = match environment {
+        Some(env) => env.to_vec(),
         // Variables that are not UTF-8 cannot be ours; skip them.
         None => std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -197,7 +197,7 @@ pub fn resolve_symmetric_size(options: &Options) -> Result<SymmetricSize, SizeEr
         .find(|(k, _)| k == SHMEM_SYMMETRIC_SIZE)
         .map(|(_, v)| v.clone());
     let mut store = ParamStore::with_environment(
-        options.command_line.clone(),
+        command_line.to_vec(),
         environment
             .into_iter()
             .filter(|(k, _)| k.starts_with(ENV_PREFIX)),
@@ -242,6 +242,8 @@ pub fn resolve_symmetric_size(options: &Options) -> Result<SymmetricSize, SizeEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memheap::resolve_symmetric_size;
+    use crate::plugin::Options;
 
     #[test]
     fn sizes_as_openshmem_writes_them() {

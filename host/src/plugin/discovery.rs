@@ -16,7 +16,7 @@ use fireopal_core::component::{
 /// (so cargo's `deps/` and `examples/` binaries find plugins in
 /// `target/<profile>/`), then `<prefix>/lib/fireopal` where the executable
 /// lives in `<prefix>/bin`.
-pub fn search_path(plugin_path: &str) -> Vec<PathBuf> {
+pub(crate) fn search_path(plugin_path: &str) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = plugin_path
         .split(':')
         .filter(|s| !s.is_empty())
@@ -40,13 +40,13 @@ pub fn search_path(plugin_path: &str) -> Vec<PathBuf> {
 
 /// A file whose name announces a plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// Framework part of the name.
-    pub framework: String,
+    pub(crate) framework: String,
     /// Component part of the name.
-    pub component: String,
+    pub(crate) component: String,
     /// Full path.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 /// Why a search-path entry was passed over without being opened.
@@ -138,11 +138,11 @@ impl fmt::Display for Skipped {
 
 /// What [`scan`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scan {
+pub(crate) struct Scan {
     /// Plugin files, in search-path order and within a directory by name.
-    pub candidates: Vec<Candidate>,
+    pub(crate) candidates: Vec<Candidate>,
     /// Everything passed over, in the same order.
-    pub skipped: Vec<Skipped>,
+    pub(crate) skipped: Vec<Skipped>,
 }
 
 /// Why `name` (starting `libfireopal_`, ending `.so`) names no plugin.
@@ -187,7 +187,7 @@ fn not_loadable(path: &Path) -> Option<SkipReason> {
 /// directory in file-name order. Missing or unreadable directories, and
 /// entries named `libfireopal_*.so` that are not loadable plugin files,
 /// are reported in [`Scan::skipped`]; nothing is opened.
-pub fn scan(dirs: &[PathBuf]) -> Scan {
+pub(crate) fn scan(dirs: &[PathBuf]) -> Scan {
     let mut out = Scan::default();
     for dir in dirs {
         let skip = |reason| Skipped {
@@ -240,7 +240,7 @@ pub fn scan(dirs: &[PathBuf]) -> Scan {
 
 /// Which components of a framework to use, from `FIREOPAL_<FRAMEWORK>`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum ComponentFilter {
+pub(crate) enum ComponentFilter {
     /// No list given: every component.
     #[default]
     All,
@@ -276,7 +276,7 @@ impl std::error::Error for FilterError {}
 impl ComponentFilter {
     /// Parses `a,b` (include) or `^a,b` (exclude). `^` may only lead the
     /// list; mixing included and excluded names is an error.
-    pub fn parse(param: &str, value: &str) -> Result<Self, FilterError> {
+    pub(crate) fn parse(param: &str, value: &str) -> Result<Self, FilterError> {
         let err = |reason: String| FilterError {
             param: param.to_owned(),
             value: value.to_owned(),
@@ -311,7 +311,7 @@ impl ComponentFilter {
     }
 
     /// Whether component `name` passes the filter.
-    pub fn admits(&self, name: &str) -> bool {
+    pub(crate) fn admits(&self, name: &str) -> bool {
         match self {
             Self::All => true,
             Self::Include(list) => list.iter().any(|n| n == name),
@@ -320,7 +320,7 @@ impl ComponentFilter {
     }
 
     /// Whether `name` is explicitly asked for (its failure is fatal).
-    pub fn requires(&self, name: &str) -> bool {
+    pub(crate) fn requires(&self, name: &str) -> bool {
         matches!(self, Self::Include(list) if list.iter().any(|n| n == name))
     }
 }

@@ -34,19 +34,18 @@ use std::path::PathBuf;
 
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RResult, RVec};
-use fireopal_abi::btl::{BtlComponentRef, BtlModuleBox};
+use fireopal_abi::btl::BtlModuleBox;
 use fireopal_abi::host::{HostServices_TO, JobInfo, LogLevel, JOB_KEY_LEN};
-use fireopal_abi::memheap::{MemheapComponentRef, MemheapModuleBox};
+use fireopal_abi::memheap::MemheapModuleBox;
 use fireopal_abi::param::{ParamRegistry_TO, ParamSpec, ParamValue};
 use fireopal_abi::{Availability, ComponentVersion, PluginError};
 
-pub use discovery::{
-    scan, search_path, Candidate, ComponentFilter, FilterError, Scan, SkipReason, Skipped,
-};
+pub use discovery::{FilterError, SkipReason, Skipped};
 pub use loader::LoadError;
 pub use opening::OpenedBtls;
 
 use crate::param::{ParamError, ParamStore};
+use discovery::{scan, search_path, ComponentFilter, Scan};
 use loader::Root;
 use services::{ComponentParams, ComponentServices};
 
@@ -363,7 +362,7 @@ impl Registry {
                 ParamValue::Str("".into()),
                 "memheap components to consider: 'a,b' keeps only those, '^a,b' drops those",
             ),
-            crate::memheap::symmetric_size_spec(),
+            crate::memheap::size::symmetric_size_spec(),
             ParamSpec::new(
                 "log_level",
                 ParamValue::Str("warn".into()),
@@ -380,7 +379,7 @@ impl Registry {
                 errors.push(DiscoveryError::Param(e));
             }
         }
-        if let Err(e) = crate::memheap::check_symmetric_size(&mut params) {
+        if let Err(e) = crate::memheap::size::check_symmetric_size(&mut params) {
             errors.push(DiscoveryError::Param(e));
         }
         let log_level = match params.str_value("log_level").unwrap_or("warn") {
@@ -700,7 +699,11 @@ impl Registry {
         &self.params
     }
 
-    /// The directories that were searched.
+    /// The directories that were searched, in order: the `plugin_path`
+    /// entries, the running executable's directory, its parent (so cargo's
+    /// `deps/` and `examples/` binaries find plugins in
+    /// `target/<profile>/`), then `<prefix>/lib/fireopal` where the
+    /// executable lives in `<prefix>/bin`.
     pub fn search_path(&self) -> &[PathBuf] {
         &self.search_path
     }
@@ -764,22 +767,5 @@ fn open_with<M>(c: &Component, result: RResult<M, PluginError>) -> Result<M, Ope
     result.into_result().map_err(|error| OpenError::Failed {
         name: c.name.clone(),
         error,
-    })
-}
-
-/// Roots of the built-in components, for code that wants to call them
-/// without discovery (tests, embedding runtimes).
-pub fn builtin_btl_root(name: &str) -> Option<BtlComponentRef> {
-    builtins().into_iter().find_map(|(_, root)| match root {
-        Root::Btl(r) if r.name().as_str() == name => Some(r),
-        _ => None,
-    })
-}
-
-/// Root of a built-in memheap component.
-pub fn builtin_memheap_root(name: &str) -> Option<MemheapComponentRef> {
-    builtins().into_iter().find_map(|(_, root)| match root {
-        Root::Memheap(r) if r.name().as_str() == name => Some(r),
-        _ => None,
     })
 }

@@ -40,10 +40,7 @@ impl Registry {
     /// (`FIREOPAL_BTL=a,b`), which makes its failure an error.
     pub fn is_required(&self, framework: Framework, name: &str) -> bool {
         let text = self.params.str_value(framework.name()).unwrap_or("");
-        matches!(
-            ComponentFilter::parse(framework.name(), text),
-            Ok(ComponentFilter::Include(names)) if names.iter().any(|n| n == name)
-        )
+        ComponentFilter::parse(framework.name(), text).is_ok_and(|f| f.requires(name))
     }
 
     /// Opens every selected BTL component, highest priority first. A

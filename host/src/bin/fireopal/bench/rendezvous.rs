@@ -19,9 +19,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
+use fireopal::btl::{MemoryHandle, Messenger, SendError, SendId, SendTicket};
 use fireopal_abi::btl::{Access, MemRegion};
-
-use crate::btl::{MemoryHandle, Messenger, SendError, SendId, SendTicket};
 
 /// Announcement of a message: header `address, length` (little-endian
 /// u64 each), payload the remote key.

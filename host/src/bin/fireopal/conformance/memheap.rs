@@ -12,10 +12,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::bootstrap::Bootstrap;
-use crate::cli::{open_registry, Failure};
-use crate::memheap::{SymmetricHeap, DEFAULT_ALIGN};
-use crate::plugin::Options;
+use fireopal::bootstrap::Bootstrap;
+use fireopal::memheap::{SymmetricHeap, DEFAULT_ALIGN};
+use fireopal::plugin::Options;
+
+use crate::{open_registry, Failure};
 
 /// Size of the heap the checks run on.
 const HEAP_BYTES: u64 = 8 << 20;

@@ -7,14 +7,14 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use fireopal::bootstrap::Bootstrap;
+use fireopal::btl::{Messenger, SendId, SendTicket};
+use fireopal::memheap::SymmetricHeap;
+use fireopal::plugin::Options;
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
 use super::{run_cases, Outcome};
-use crate::bootstrap::Bootstrap;
-use crate::btl::{Messenger, SendId, SendTicket};
-use crate::cli::{open_registry, Failure};
-use crate::memheap::SymmetricHeap;
-use crate::plugin::Options;
+use crate::{open_registry, Failure};
 
 const STALL: Duration = Duration::from_secs(60);
 const SIZES: [usize; 14] = [

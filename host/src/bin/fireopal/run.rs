@@ -1,13 +1,14 @@
 //! `fireopal run`: parses the command line and reports; the launcher itself
-//! is [`crate::bootstrap::launch`].
+//! is [`fireopal::bootstrap::launch`].
 
 use std::ffi::OsString;
 use std::fmt;
 use std::process::ExitCode;
 
+use fireopal::bootstrap::launch::{self, JobEvent, JobSpec};
+use fireopal::param::{env_var_name, COMMAND_LINE_VAR};
+
 use super::args::{self, Arg, Args, Stop};
-use crate::bootstrap::launch::{self, JobEvent, JobSpec};
-use crate::param::{env_var_name, COMMAND_LINE_VAR};
 
 pub(super) const SYNOPSIS: &str = "\
 fireopal run -n N [--param name=value]... [--tag-output] [--bind-to core|none]
@@ -139,7 +140,7 @@ fn parse_count(text: &str) -> Result<u32, UsageError> {
 }
 
 fn signal_text(signal: i32) -> String {
-    let name = crate::bootstrap::launch::signal_name(signal);
+    let name = fireopal::bootstrap::launch::signal_name(signal);
     name.map_or_else(|| format!("signal {signal}"), str::to_owned)
 }
 

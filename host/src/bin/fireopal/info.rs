@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
+use fireopal::param::Source;
+use fireopal::plugin::{Origin, Registry, Status};
 use fireopal_abi::param::ParamValue;
 
 use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
 use super::CommonArgs;
-use crate::param::Source;
-use crate::plugin::{Origin, Registry, Status};
 
 pub(super) const SYNOPSIS: &str = "fireopal info [--json] [--param name=value]...";
 
@@ -46,7 +46,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     // Under a launcher, show what a rank of that job sees (transports that
     // need node-local peers, for one).
     let boot = if std::env::var_os("PMI_FD").is_some() {
-        match crate::bootstrap::Bootstrap::init() {
+        match fireopal::bootstrap::Bootstrap::init() {
             Ok(b) => {
                 options.job = b.job_info();
                 Some(b)
@@ -151,7 +151,7 @@ fn to_json(r: &Registry) -> Json {
                 ("value", value_json(&p.value)),
                 ("default", value_json(&p.default)),
                 ("source", Json::str(p.source.to_string())),
-                ("env", Json::str(crate::param::env_var_name(&p.name))),
+                ("env", Json::str(fireopal::param::env_var_name(&p.name))),
                 ("help", Json::str(&p.help)),
                 (
                     "error",

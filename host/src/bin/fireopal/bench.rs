@@ -26,15 +26,16 @@ use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use fireopal::bootstrap::Bootstrap;
+use fireopal::btl::{Messenger, RouteInfo, SendTicket, TransferBufferHandle};
+use fireopal::memheap::SymmetricHeap;
+use fireopal::plugin::{Framework, Options, Registry, Status};
+use fireopal_abi::btl::{BtlFlags, MemRegion};
+
 use self::rendezvous::Rendezvous;
 use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
 use super::{open_registry, CommonArgs, Failure};
-use crate::bootstrap::Bootstrap;
-use crate::btl::{Messenger, RouteInfo, SendTicket, TransferBufferHandle};
-use crate::memheap::SymmetricHeap;
-use crate::plugin::{Framework, Options, Registry, Status};
-use fireopal_abi::btl::{BtlFlags, MemRegion};
 
 const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
 const WINDOW: usize = 64;

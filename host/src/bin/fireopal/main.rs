@@ -1,7 +1,7 @@
-//! The `fireopal` command line: one module per subcommand, and the
-//! conventions they share in [`args`].
-
-use std::process::ExitCode;
+//! The `fireopal` command: one module per subcommand, and the conventions
+//! they share in [`args`]. It is a client of the `fireopal` library like any
+//! runtime, and nothing here is part of the library's API.
+#![deny(unsafe_code)]
 
 mod args;
 mod bench;
@@ -10,8 +10,11 @@ mod info;
 mod json;
 mod run;
 
+use std::process::ExitCode;
+
+use fireopal::plugin::{DiscoveryError, Options, Registry};
+
 use self::args::{Arg, Args, Stop};
-use crate::plugin::{DiscoveryError, Options, Registry};
 
 /// The top-level help: every subcommand's synopsis, with what it does.
 fn usage() -> String {
@@ -51,8 +54,12 @@ fn usage() -> String {
     out
 }
 
-/// Entry point of the `fireopal` binary; `args` excludes the program name.
-pub fn main(args: Vec<String>) -> ExitCode {
+fn main() -> ExitCode {
+    dispatch(std::env::args().skip(1).collect())
+}
+
+/// Runs the subcommand `args` names; `args` excludes the program name.
+fn dispatch(args: Vec<String>) -> ExitCode {
     let Some((cmd, rest)) = args.split_first() else {
         return Stop::Usage("no command given".into()).exit("fireopal", &usage());
     };

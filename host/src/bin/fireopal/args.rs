@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use crate::param::parse_assignment;
+use fireopal::param::parse_assignment;
 
 /// Why parsing stopped before the subcommand could run.
 #[derive(Debug, PartialEq, Eq)]

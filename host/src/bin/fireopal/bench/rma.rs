@@ -16,14 +16,14 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use fireopal::btl::{MemoryHandle, Messenger, SendTicket};
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
 use super::{
     bandwidth_windows, latency_iterations, open_pair, Pair, Row, StallWatch, SIZES, STALL, WINDOW,
 };
-use crate::btl::{MemoryHandle, Messenger, SendTicket};
-use crate::cli::json::Json;
-use crate::cli::{CommonArgs, Failure};
+use crate::json::Json;
+use crate::{CommonArgs, Failure};
 
 /// Rank 0 tells rank 1 that the last operation completed.
 const TAG_DONE: u8 = 3;
