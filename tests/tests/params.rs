@@ -172,3 +172,32 @@ fn a_value_that_makes_a_component_unavailable_is_reported_once_at_the_start() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(!out.stderr.contains("is unavailable"), "{}", out.stderr);
 }
+
+#[test]
+fn info_in_a_job_names_the_interfaces_tcp_listens_on() {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let host = host.to_str().expect("a UTF-8 path");
+    let out = fireopal(
+        &[],
+        &[
+            "run",
+            "-n",
+            "2",
+            "--param",
+            "btl_tcp_if_include=lo",
+            "--",
+            host,
+            "info",
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let tcp: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("btl") && l.contains(" tcp "))
+        .collect();
+    assert_eq!(tcp.len(), 2, "one line per rank:\n{}", out.stdout);
+    for line in tcp {
+        assert!(line.contains("listens on lo 127.0.0.1"), "{line}");
+    }
+}

@@ -105,9 +105,18 @@ impl BtlComponentImpl for TcpComponent {
             Ok(list) if list.is_empty() => Availability::Unavailable {
                 reason: "no usable interface matches the tcp interface parameters".into(),
             },
-            Ok(_) => Availability::Available {
-                priority: settings.priority,
-            },
+            Ok(list) => {
+                // What `fireopal info` shows: where a rank would listen
+                // (each on a port of its own, chosen when it opens).
+                let addrs: Vec<String> = list
+                    .iter()
+                    .map(|i| format!("{} {}", i.name, i.ip))
+                    .collect();
+                Availability::AvailableWithNote {
+                    priority: settings.priority,
+                    note: format!("listens on {}", addrs.join(", ")).into(),
+                }
+            }
             Err(e) => Availability::Unavailable {
                 reason: e.to_string().into(),
             },
