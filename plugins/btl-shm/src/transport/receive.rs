@@ -190,6 +190,11 @@ impl State {
             let Some(peer) = self.peers.get_mut(p as usize).and_then(Option::as_mut) else {
                 break Ok(());
             };
+            // Handling an entry may have failed the peer (a reply that
+            // found its queue broken): nothing more of it is delivered.
+            if peer.failed.is_some() {
+                break Ok(());
+            }
             if until == Some(peer.rx_seq) || (until.is_none() && taken >= FBOX_BATCH) {
                 break Ok(());
             }
