@@ -396,10 +396,13 @@ fn bad_parameters_make_the_component_unavailable() {
         }
     }
     let (h, _) = host_for(&JobSpec::new(2), 0, KEY);
-    assert!(matches!(
-        TcpComponent::query(&h),
-        fireopal_abi::Availability::Available { priority: 20 }
-    ));
+    match TcpComponent::query(&h) {
+        fireopal_abi::Availability::AvailableWithNote { priority, note } => {
+            assert_eq!(priority, 20);
+            assert!(note.starts_with("listens on "), "{note}");
+        }
+        other => panic!("default: {other:?}"),
+    }
     // A singleton has no peer: nothing for tcp to do.
     let (h, _) = host_for(&JobSpec::new(1), 0, KEY);
     match TcpComponent::query(&h) {
