@@ -8,6 +8,8 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::wire::codec::{fixed, Fields, Reader};
+
 /// Why published or received bytes do not parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParseError {
@@ -37,36 +39,10 @@ impl fmt::Display for ParseError {
 
 impl core::error::Error for ParseError {}
 
-/// A cursor over untrusted bytes.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ParseError> {
-        if self.bytes.len() < n {
-            return Err(ParseError::Truncated);
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], ParseError> {
-        self.take(N)?.try_into().map_err(|_| ParseError::Truncated)
-    }
-
-    fn u8(&mut self) -> Result<u8, ParseError> {
-        self.array::<1>().map(|[b]| b)
-    }
-
-    fn u16(&mut self) -> Result<u16, ParseError> {
-        self.array().map(u16::from_le_bytes)
-    }
-
-    fn u64(&mut self) -> Result<u64, ParseError> {
-        self.array().map(u64::from_le_bytes)
-    }
+/// The fields of untrusted `bytes`, read with the crate's one codec; a
+/// read past the end is [`ParseError::Truncated`].
+fn fields(bytes: &[u8]) -> Fields<'_, ParseError> {
+    Fields::new(Reader::new(bytes), ParseError::Truncated)
 }
 
 /// Version of the directory format.
@@ -143,7 +119,7 @@ pub fn encode_directory(entries: &[DirectoryEntry<'_>]) -> Result<Vec<u8>, Encod
 /// assert!(decode_directory(&bytes[..bytes.len() - 1]).is_err());
 /// ```
 pub fn decode_directory(bytes: &[u8]) -> Result<Vec<DirectoryEntry<'_>>, ParseError> {
-    let mut r = Reader { bytes };
+    let mut r = fields(bytes);
     let version = r.u8()?;
     if version != DIRECTORY_VERSION {
         return Err(ParseError::UnknownVersion(version));
@@ -168,7 +144,7 @@ pub fn decode_directory(bytes: &[u8]) -> Result<Vec<DirectoryEntry<'_>>, ParseEr
             address,
         });
     }
-    if !r.bytes.is_empty() {
+    if r.remaining() != 0 {
         return Err(ParseError::TrailingBytes);
     }
     Ok(entries)
@@ -194,18 +170,18 @@ impl FirstFragment {
 
     /// Encodes into the first [`Self::LEN`] bytes of the fragment header.
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[0] = self.tag;
-        b[1..3].copy_from_slice(&self.header_len.to_le_bytes());
-        b[3..11].copy_from_slice(&self.payload_len.to_le_bytes());
-        b
+        fixed(|w| {
+            w.u8(self.tag);
+            w.u16(self.header_len);
+            w.u64(self.payload_len);
+        })
     }
 
     /// Parses a first-fragment header, checking the payload length against
     /// `max_payload` (the receiver's limit on message size) and that the
     /// message's header fits in what was received.
     pub fn parse(header: &[u8], max_payload: u64) -> Result<(Self, &[u8]), ParseError> {
-        let mut r = Reader { bytes: header };
+        let mut r = fields(header);
         let tag = r.u8()?;
         let header_len = r.u16()?;
         let payload_len = r.u64()?;
@@ -213,7 +189,7 @@ impl FirstFragment {
             return Err(ParseError::TooLarge);
         }
         let inner = r.take(usize::from(header_len))?;
-        if !r.bytes.is_empty() {
+        if r.remaining() != 0 {
             return Err(ParseError::TrailingBytes);
         }
         Ok((

@@ -15,7 +15,8 @@
 //! never used; keeping it makes every offset a multiplication.
 
 use super::siphash::job_tag;
-use super::{Malformed, Reader, Writer, LINE};
+use super::{fields, Malformed, LINE, RESERVED};
+use crate::wire::codec::fixed;
 
 /// Page size the layout rounds to.
 pub const PAGE: usize = 4096;
@@ -214,21 +215,22 @@ impl Layout {
     /// `job_key`.
     pub fn encode_header(&self, owner: &Header, job_key: &[u8; 32]) -> [u8; HEADER_LEN] {
         let p = self.params;
-        let mut w = Writer::<HEADER_LEN>::new();
-        w.u64(0, MAGIC);
-        w.u32(8, VERSION);
-        w.u32(12, p.local_size);
-        w.u32(16, p.fbox_bytes);
-        w.u32(20, p.fbox_max_entry);
-        w.u32(24, p.fifo_slots);
-        w.u32(28, p.fifo_slot_bytes);
-        w.u32(32, owner.owner_rank);
-        w.u32(36, owner.owner_local);
-        w.u32(40, owner.owner_pid);
-        w.u64(48, self.total as u64);
-        w.u64(56, owner.file_id);
-        w.u64(64, tag(job_key, owner, p, self.total as u64));
-        w.buf
+        fixed(|w| {
+            w.u64(MAGIC);
+            w.u32(VERSION);
+            w.u32(p.local_size);
+            w.u32(p.fbox_bytes);
+            w.u32(p.fbox_max_entry);
+            w.u32(p.fifo_slots);
+            w.u32(p.fifo_slot_bytes);
+            w.u32(owner.owner_rank);
+            w.u32(owner.owner_local);
+            w.u32(owner.owner_pid);
+            w.zeros(4);
+            w.u64(self.total as u64);
+            w.u64(owner.file_id);
+            w.u64(tag(job_key, owner, p, self.total as u64));
+        })
     }
 
     /// Reads and checks a header: magic, version, sizes, the owner it
@@ -237,27 +239,32 @@ impl Layout {
         bytes: &[u8],
         expect: &HeaderExpect<'_>,
     ) -> Result<(Layout, Header), Malformed> {
-        let r = Reader::new(bytes, HEADER_LEN)?;
-        if r.u64(0) != MAGIC || r.u32(8) != VERSION {
+        let mut f = fields(bytes, HEADER_LEN)?;
+        if f.u64()? != MAGIC || f.u32()? != VERSION {
             return Err(Malformed::BadMagic);
         }
-        r.reserved(44..48)?;
         let params = LayoutParams {
-            local_size: r.u32(12),
-            fbox_bytes: r.u32(16),
-            fbox_max_entry: r.u32(20),
-            fifo_slots: r.u32(24),
-            fifo_slot_bytes: r.u32(28),
+            local_size: f.u32()?,
+            fbox_bytes: f.u32()?,
+            fbox_max_entry: f.u32()?,
+            fifo_slots: f.u32()?,
+            fifo_slot_bytes: f.u32()?,
         };
+        let owner_rank = f.u32()?;
+        let owner_local = f.u32()?;
+        let owner_pid = f.u32()?;
+        f.reserved::<4>(RESERVED)?;
+        let total = f.u64()?;
+        let file_id = f.u64()?;
+        let written_tag = f.u64()?;
         let layout = Layout::new(params)?;
         let header = Header {
             params,
-            owner_rank: r.u32(32),
-            owner_local: r.u32(36),
-            owner_pid: r.u32(40),
-            file_id: r.u64(56),
+            owner_rank,
+            owner_local,
+            owner_pid,
+            file_id,
         };
-        let total = r.u64(48);
         if total != layout.total as u64 || total > expect.file_len {
             return Err(Malformed::Inconsistent("segment length"));
         }
@@ -271,7 +278,7 @@ impl Layout {
         {
             return Err(Malformed::Inconsistent("owner or file of the segment"));
         }
-        if r.u64(64) != tag(expect.job_key, &header, params, total) {
+        if written_tag != tag(expect.job_key, &header, params, total) {
             return Err(Malformed::BadTag);
         }
         Ok((layout, header))

@@ -37,6 +37,8 @@ pub mod wire;
 
 use core::fmt;
 
+use crate::wire::{Fields, Reader};
+
 /// Size of a cache line, the unit of fast-box entries and queue slots.
 pub const LINE: usize = 64;
 
@@ -148,107 +150,33 @@ impl fmt::Display for Malformed {
 
 impl core::error::Error for Malformed {}
 
-/// Little-endian field reader over bytes that came from elsewhere.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Reader<'a> {
-    bytes: &'a [u8],
+/// A reserved field, or the room of an absent one, that is not zero: a
+/// sender leaves them zero, so that no bits of a message go unread.
+pub(crate) const RESERVED: Malformed = Malformed::Inconsistent("reserved bytes are not zero");
+
+/// The fields of `bytes`, which must hold at least `need` bytes (read with
+/// the crate's one codec, [`crate::wire`]'s `Fields`).
+pub(crate) fn fields(bytes: &[u8], need: usize) -> Result<Fields<'_, Malformed>, Malformed> {
+    let short = Malformed::Truncated {
+        need,
+        have: bytes.len(),
+    };
+    if bytes.len() < need {
+        return Err(short);
+    }
+    Ok(Fields::new(Reader::new(bytes), short))
 }
 
-impl<'a> Reader<'a> {
-    /// Reads from `bytes`, which must hold at least `need` bytes.
-    pub(crate) fn new(bytes: &'a [u8], need: usize) -> Result<Self, Malformed> {
-        if bytes.len() < need {
-            return Err(Malformed::Truncated {
-                need,
-                have: bytes.len(),
-            });
-        }
-        Ok(Self { bytes })
+/// The fields of `bytes`, which must be exactly `len` bytes: a message
+/// nothing follows, so that extra bytes are refused, not ignored.
+pub(crate) fn exact(bytes: &[u8], len: usize) -> Result<Fields<'_, Malformed>, Malformed> {
+    if bytes.len() > len {
+        return Err(Malformed::TrailingBytes {
+            len,
+            have: bytes.len(),
+        });
     }
-
-    /// `Ok` when the bytes of `range` are zero: a reserved field, or the
-    /// room of an absent one, which a sender leaves zero, so that no bits
-    /// of a message go unread.
-    pub(crate) fn reserved(&self, range: core::ops::Range<usize>) -> Result<(), Malformed> {
-        match self.bytes.get(range) {
-            Some(b) if b.iter().all(|&x| x == 0) => Ok(()),
-            _ => Err(Malformed::Inconsistent("reserved bytes are not zero")),
-        }
-    }
-
-    /// Reads from `bytes`, which must be exactly `len` bytes: a message
-    /// nothing follows, so that extra bytes are refused, not ignored.
-    pub(crate) fn exact(bytes: &'a [u8], len: usize) -> Result<Self, Malformed> {
-        if bytes.len() > len {
-            return Err(Malformed::TrailingBytes {
-                len,
-                have: bytes.len(),
-            });
-        }
-        Self::new(bytes, len)
-    }
-
-    fn array<const N: usize>(&self, at: usize) -> [u8; N] {
-        let mut out = [0u8; N];
-        if let Some(src) = self.bytes.get(at..at + N) {
-            out.copy_from_slice(src);
-        }
-        out
-    }
-
-    /// The `u8` at `at` (0 past the end; `new` checked the length).
-    pub(crate) fn u8(&self, at: usize) -> u8 {
-        self.array::<1>(at)[0]
-    }
-
-    /// The little-endian `u32` at `at`.
-    pub(crate) fn u32(&self, at: usize) -> u32 {
-        u32::from_le_bytes(self.array(at))
-    }
-
-    /// The little-endian `u64` at `at`.
-    pub(crate) fn u64(&self, at: usize) -> u64 {
-        u64::from_le_bytes(self.array(at))
-    }
-
-    /// `N` bytes at `at`.
-    pub(crate) fn bytes<const N: usize>(&self, at: usize) -> [u8; N] {
-        self.array(at)
-    }
-}
-
-/// Little-endian field writer into a fixed array.
-#[derive(Debug)]
-pub(crate) struct Writer<const N: usize> {
-    pub(crate) buf: [u8; N],
-}
-
-impl<const N: usize> Writer<N> {
-    pub(crate) fn new() -> Self {
-        Self { buf: [0; N] }
-    }
-
-    fn put(&mut self, at: usize, src: &[u8]) {
-        if let Some(dst) = self.buf.get_mut(at..at + src.len()) {
-            dst.copy_from_slice(src);
-        }
-    }
-
-    pub(crate) fn u8(&mut self, at: usize, v: u8) {
-        self.put(at, &[v]);
-    }
-
-    pub(crate) fn u32(&mut self, at: usize, v: u32) {
-        self.put(at, &v.to_le_bytes());
-    }
-
-    pub(crate) fn u64(&mut self, at: usize, v: u64) {
-        self.put(at, &v.to_le_bytes());
-    }
-
-    pub(crate) fn bytes(&mut self, at: usize, v: &[u8]) {
-        self.put(at, v);
-    }
+    fields(bytes, len)
 }
 
 #[cfg(test)]
@@ -275,11 +203,11 @@ mod tests {
     #[test]
     fn reader_refuses_short_input() {
         assert_eq!(
-            Reader::new(&[1, 2, 3], 4).unwrap_err(),
+            fields(&[1, 2, 3], 4).unwrap_err(),
             Malformed::Truncated { need: 4, have: 3 }
         );
-        let r = Reader::new(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0], 12).unwrap();
-        assert_eq!(r.u32(0), 1);
-        assert_eq!(r.u64(4), 2);
+        let mut r = fields(&[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0], 12).unwrap();
+        assert_eq!(r.u32(), Ok(1));
+        assert_eq!(r.u64(), Ok(2));
     }
 }

@@ -6,7 +6,8 @@
 //! below, followed (for rendezvous) by the active-message header or (for
 //! emulated RDMA) by the bytes moved.
 
-use super::{Malformed, Reader, Writer};
+use super::{exact, fields, Malformed, RESERVED};
+use crate::wire::codec::{fixed, Fields, Reader, Writer};
 
 /// A segment as its owner describes it to a peer: enough for the peer to
 /// fetch the file (owner's descriptor number), check it is the right one
@@ -29,22 +30,35 @@ pub struct SegmentRef {
 pub const SEGMENT_REF_LEN: usize = 40;
 
 impl SegmentRef {
-    fn write<const N: usize>(&self, w: &mut Writer<N>, at: usize) {
-        w.u64(at, self.id);
-        w.u64(at + 8, self.file_id);
-        w.u32(at + 16, self.fd);
-        w.u64(at + 24, self.base);
-        w.u64(at + 32, self.len);
+    fn write(&self, w: &mut Writer<'_>) {
+        w.u64(self.id);
+        w.u64(self.file_id);
+        w.u32(self.fd);
+        w.zeros(4);
+        w.u64(self.base);
+        w.u64(self.len);
     }
 
-    fn read(r: &Reader<'_>, at: usize) -> Result<Self, Malformed> {
-        r.reserved(at + 20..at + 24)?;
+    /// Reads the [`SEGMENT_REF_LEN`] bytes of `bytes` (a length the caller
+    /// checked).
+    fn read(bytes: &[u8]) -> Result<Self, Malformed> {
+        let mut f = Fields::new(
+            Reader::new(bytes),
+            Malformed::Truncated {
+                need: SEGMENT_REF_LEN,
+                have: bytes.len(),
+            },
+        );
+        let id = f.u64()?;
+        let file_id = f.u64()?;
+        let fd = f.u32()?;
+        f.reserved::<4>(RESERVED)?;
         let s = SegmentRef {
-            id: r.u64(at),
-            file_id: r.u64(at + 8),
-            fd: r.u32(at + 16),
-            base: r.u64(at + 24),
-            len: r.u64(at + 32),
+            id,
+            file_id,
+            fd,
+            base: f.u64()?,
+            len: f.u64()?,
         };
         if s.len == 0 || s.base.checked_add(s.len).is_none() {
             return Err(Malformed::OutOfRange("segment range"));
@@ -97,53 +111,59 @@ const RTS_SUM: u8 = 1;
 impl Rts {
     /// Encodes the request.
     pub fn encode(&self) -> [u8; RTS_LEN] {
-        let mut w = Writer::<RTS_LEN>::new();
-        w.u64(0, self.id);
-        w.u64(8, self.len);
-        match self.source {
-            Source::Segment { seg, offset } => {
-                w.u8(16, 1);
-                seg.write(&mut w, 24);
-                w.u64(24 + SEGMENT_REF_LEN, offset);
+        fixed(|w| {
+            w.u64(self.id);
+            w.u64(self.len);
+            let (kind, seg, at) = match self.source {
+                Source::Segment { seg, offset } => (1, Some(seg), offset),
+                Source::Address(addr) => (2, None, addr),
+            };
+            w.u8(kind);
+            w.u8(if self.sum.is_some() { RTS_SUM } else { 0 });
+            w.zeros(6);
+            match seg {
+                Some(seg) => seg.write(w),
+                None => w.zeros(SEGMENT_REF_LEN),
             }
-            Source::Address(addr) => {
-                w.u8(16, 2);
-                w.u64(24 + SEGMENT_REF_LEN, addr);
-            }
-        }
-        if let Some(sum) = self.sum {
-            w.u8(17, RTS_SUM);
-            w.u64(32 + SEGMENT_REF_LEN, sum);
-        }
-        w.buf
+            w.u64(at);
+            w.u64(self.sum.unwrap_or(0));
+        })
     }
 
     /// Decodes a request; the payload must lie inside its segment, or
     /// its address range must not wrap.
     pub fn decode(bytes: &[u8]) -> Result<Rts, Malformed> {
-        let r = Reader::new(bytes, RTS_LEN)?;
-        let id = r.u64(0);
-        let len = r.u64(8);
-        let at = r.u64(24 + SEGMENT_REF_LEN);
-        r.reserved(18..24)?;
-        let sum = match r.u8(17) {
+        let mut f = fields(bytes, RTS_LEN)?;
+        let id = f.u64()?;
+        let len = f.u64()?;
+        let kind = f.u8()?;
+        let flags = f.u8()?;
+        f.reserved::<6>(RESERVED)?;
+        let seg = f.take(SEGMENT_REF_LEN)?;
+        let at = f.u64()?;
+        let sum_field = f.u64()?;
+        let sum = match flags {
             0 => {
-                r.reserved(32 + SEGMENT_REF_LEN..RTS_LEN)?;
+                if sum_field != 0 {
+                    return Err(RESERVED);
+                }
                 None
             }
-            RTS_SUM => Some(r.u64(32 + SEGMENT_REF_LEN)),
+            RTS_SUM => Some(sum_field),
             _ => return Err(Malformed::Inconsistent("unknown rendezvous flags")),
         };
-        let source = match r.u8(16) {
+        let source = match kind {
             1 => {
-                let seg = SegmentRef::read(&r, 24)?;
+                let seg = SegmentRef::read(seg)?;
                 if at.checked_add(len).is_none_or(|end| end > seg.len) {
                     return Err(Malformed::OutOfRange("rendezvous payload in its segment"));
                 }
                 Source::Segment { seg, offset: at }
             }
             2 => {
-                r.reserved(24..24 + SEGMENT_REF_LEN)?;
+                if seg.iter().any(|&b| b != 0) {
+                    return Err(RESERVED);
+                }
                 if at.checked_add(len).is_none() {
                     return Err(Malformed::OutOfRange("rendezvous payload address"));
                 }
@@ -192,19 +212,21 @@ pub const FIN_LEN: usize = 16;
 impl Fin {
     /// Encodes the message.
     pub fn encode(&self) -> [u8; FIN_LEN] {
-        let mut w = Writer::<FIN_LEN>::new();
-        w.u64(0, self.id);
-        w.u32(8, self.status as u32);
-        w.buf
+        fixed(|w| {
+            w.u64(self.id);
+            w.u32(self.status as u32);
+        })
     }
 
     /// Decodes the message.
     pub fn decode(bytes: &[u8]) -> Result<Fin, Malformed> {
-        let r = Reader::exact(bytes, FIN_LEN)?;
-        r.reserved(12..16)?;
+        let mut f = exact(bytes, FIN_LEN)?;
+        let id = f.u64()?;
+        let status = f.u32()?;
+        f.reserved::<4>(RESERVED)?;
         Ok(Fin {
-            id: r.u64(0),
-            status: Status::from_code(r.u32(8)).ok_or(BAD_STATUS)?,
+            id,
+            status: Status::from_code(status).ok_or(BAD_STATUS)?,
         })
     }
 }
@@ -226,20 +248,20 @@ pub const UNMAP_LEN: usize = 24;
 impl Unmap {
     /// Encodes the notice.
     pub fn encode(&self) -> [u8; UNMAP_LEN] {
-        let mut w = Writer::<UNMAP_LEN>::new();
-        w.u64(0, self.id);
-        w.u64(8, self.base);
-        w.u64(16, self.len);
-        w.buf
+        fixed(|w| {
+            w.u64(self.id);
+            w.u64(self.base);
+            w.u64(self.len);
+        })
     }
 
     /// Decodes the notice.
     pub fn decode(bytes: &[u8]) -> Result<Unmap, Malformed> {
-        let r = Reader::exact(bytes, UNMAP_LEN)?;
+        let mut f = exact(bytes, UNMAP_LEN)?;
         let u = Unmap {
-            id: r.u64(0),
-            base: r.u64(8),
-            len: r.u64(16),
+            id: f.u64()?,
+            base: f.u64()?,
+            len: f.u64()?,
         };
         if u.len == 0 || u.base.checked_add(u.len).is_none() {
             return Err(Malformed::OutOfRange("unmapped range"));
@@ -267,22 +289,22 @@ pub const GET_REQUEST_LEN: usize = 32;
 impl GetRequest {
     /// Encodes the request.
     pub fn encode(&self) -> [u8; GET_REQUEST_LEN] {
-        let mut w = Writer::<GET_REQUEST_LEN>::new();
-        w.u64(0, self.id);
-        w.u64(8, self.addr);
-        w.u64(16, self.len);
-        w.u64(24, self.reg);
-        w.buf
+        fixed(|w| {
+            w.u64(self.id);
+            w.u64(self.addr);
+            w.u64(self.len);
+            w.u64(self.reg);
+        })
     }
 
     /// Decodes the request.
     pub fn decode(bytes: &[u8]) -> Result<GetRequest, Malformed> {
-        let r = Reader::exact(bytes, GET_REQUEST_LEN)?;
+        let mut f = exact(bytes, GET_REQUEST_LEN)?;
         let g = GetRequest {
-            id: r.u64(0),
-            addr: r.u64(8),
-            len: r.u64(16),
-            reg: r.u64(24),
+            id: f.u64()?,
+            addr: f.u64()?,
+            len: f.u64()?,
+            reg: f.u64()?,
         };
         if g.addr.checked_add(g.len).is_none() {
             return Err(Malformed::OutOfRange("requested range"));
@@ -310,21 +332,24 @@ pub const GET_DATA_LEN: usize = 24;
 impl GetData {
     /// Encodes the fixed part.
     pub fn encode(&self) -> [u8; GET_DATA_LEN] {
-        let mut w = Writer::<GET_DATA_LEN>::new();
-        w.u64(0, self.id);
-        w.u64(8, self.offset);
-        w.u32(16, self.status as u32);
-        w.buf
+        fixed(|w| {
+            w.u64(self.id);
+            w.u64(self.offset);
+            w.u32(self.status as u32);
+        })
     }
 
     /// Decodes the fixed part.
     pub fn decode(bytes: &[u8]) -> Result<GetData, Malformed> {
-        let r = Reader::new(bytes, GET_DATA_LEN)?;
-        r.reserved(20..24)?;
+        let mut f = fields(bytes, GET_DATA_LEN)?;
+        let id = f.u64()?;
+        let offset = f.u64()?;
+        let status = f.u32()?;
+        f.reserved::<4>(RESERVED)?;
         Ok(GetData {
-            id: r.u64(0),
-            offset: r.u64(8),
-            status: Status::from_code(r.u32(16)).ok_or(BAD_STATUS)?,
+            id,
+            offset,
+            status: Status::from_code(status).ok_or(BAD_STATUS)?,
         })
     }
 }
@@ -351,25 +376,25 @@ pub const PUT_DATA_LEN: usize = 40;
 impl PutData {
     /// Encodes the fixed part.
     pub fn encode(&self) -> [u8; PUT_DATA_LEN] {
-        let mut w = Writer::<PUT_DATA_LEN>::new();
-        w.u64(0, self.id);
-        w.u64(8, self.addr);
-        w.u64(16, self.total);
-        w.u64(24, self.offset);
-        w.u64(32, self.reg);
-        w.buf
+        fixed(|w| {
+            w.u64(self.id);
+            w.u64(self.addr);
+            w.u64(self.total);
+            w.u64(self.offset);
+            w.u64(self.reg);
+        })
     }
 
     /// Decodes the fixed part; `chunk` is the number of bytes that follow,
     /// which must lie inside the put.
     pub fn decode(bytes: &[u8], chunk: usize) -> Result<PutData, Malformed> {
-        let r = Reader::new(bytes, PUT_DATA_LEN)?;
+        let mut f = fields(bytes, PUT_DATA_LEN)?;
         let p = PutData {
-            id: r.u64(0),
-            addr: r.u64(8),
-            total: r.u64(16),
-            offset: r.u64(24),
-            reg: r.u64(32),
+            id: f.u64()?,
+            addr: f.u64()?,
+            total: f.u64()?,
+            offset: f.u64()?,
+            reg: f.u64()?,
         };
         if p.addr.checked_add(p.total).is_none()
             || p.offset
@@ -397,19 +422,21 @@ pub const PUT_ACK_LEN: usize = 16;
 impl PutAck {
     /// Encodes the acknowledgement.
     pub fn encode(&self) -> [u8; PUT_ACK_LEN] {
-        let mut w = Writer::<PUT_ACK_LEN>::new();
-        w.u64(0, self.id);
-        w.u32(8, self.status as u32);
-        w.buf
+        fixed(|w| {
+            w.u64(self.id);
+            w.u32(self.status as u32);
+        })
     }
 
     /// Decodes the acknowledgement.
     pub fn decode(bytes: &[u8]) -> Result<PutAck, Malformed> {
-        let r = Reader::exact(bytes, PUT_ACK_LEN)?;
-        r.reserved(12..16)?;
+        let mut f = exact(bytes, PUT_ACK_LEN)?;
+        let id = f.u64()?;
+        let status = f.u32()?;
+        f.reserved::<4>(RESERVED)?;
         Ok(PutAck {
-            id: r.u64(0),
-            status: Status::from_code(r.u32(8)).ok_or(BAD_STATUS)?,
+            id,
+            status: Status::from_code(status).ok_or(BAD_STATUS)?,
         })
     }
 }
@@ -441,42 +468,52 @@ const KEY_VERSION: u8 = 1;
 impl RemoteKey {
     /// Encodes the key.
     pub fn encode(&self) -> [u8; REMOTE_KEY_LEN] {
-        let mut w = Writer::<REMOTE_KEY_LEN>::new();
-        w.u8(0, KEY_VERSION);
-        w.u8(1, self.access);
-        w.u8(2, u8::from(self.segment.is_some()));
-        w.u32(4, self.pid);
-        w.u64(8, self.reg);
-        w.u64(16, self.base);
-        w.u64(24, self.len);
-        if let Some(seg) = &self.segment {
-            seg.write(&mut w, 32);
-        }
-        w.buf
+        fixed(|w| {
+            w.u8(KEY_VERSION);
+            w.u8(self.access);
+            w.u8(u8::from(self.segment.is_some()));
+            w.zeros(1);
+            w.u32(self.pid);
+            w.u64(self.reg);
+            w.u64(self.base);
+            w.u64(self.len);
+            if let Some(seg) = &self.segment {
+                seg.write(w);
+            }
+        })
     }
 
     /// Decodes a key: exactly [`REMOTE_KEY_LEN`] bytes, a non-empty range
     /// that, with a segment, lies inside it.
     pub fn decode(bytes: &[u8]) -> Result<RemoteKey, Malformed> {
-        let r = Reader::exact(bytes, REMOTE_KEY_LEN)?;
-        if r.u8(0) != KEY_VERSION {
+        let mut f = exact(bytes, REMOTE_KEY_LEN)?;
+        if f.u8()? != KEY_VERSION {
             return Err(Malformed::BadMagic);
         }
-        r.reserved(3..4)?;
-        let segment = match r.u8(2) {
+        let access = f.u8()?;
+        let has_segment = f.u8()?;
+        f.reserved::<1>(RESERVED)?;
+        let pid = f.u32()?;
+        let reg = f.u64()?;
+        let base = f.u64()?;
+        let len = f.u64()?;
+        let seg = f.take(SEGMENT_REF_LEN)?;
+        let segment = match has_segment {
             0 => {
-                r.reserved(32..REMOTE_KEY_LEN)?;
+                if seg.iter().any(|&b| b != 0) {
+                    return Err(RESERVED);
+                }
                 None
             }
-            1 => Some(SegmentRef::read(&r, 32)?),
+            1 => Some(SegmentRef::read(seg)?),
             k => return Err(Malformed::BadKind(k)),
         };
         let key = RemoteKey {
-            reg: r.u64(8),
-            pid: r.u32(4),
-            access: r.u8(1),
-            base: r.u64(16),
-            len: r.u64(24),
+            reg,
+            pid,
+            access,
+            base,
+            len,
             segment,
         };
         if key.len == 0 || key.base.checked_add(key.len).is_none() {
@@ -536,18 +573,18 @@ const ADDRESS_CHECKSUM: u8 = 1;
 impl Address {
     /// Encodes the address.
     pub fn encode(&self) -> [u8; ADDRESS_LEN] {
-        let mut w = Writer::<ADDRESS_LEN>::new();
-        w.u64(0, ADDRESS_MAGIC);
-        w.u32(8, self.rank);
-        w.u32(12, self.local);
-        w.u32(16, self.pid);
-        w.u32(20, self.fd);
-        w.u64(24, self.seg_len);
-        w.u64(32, self.file_id);
-        w.u64(40, self.probe);
-        w.bytes(48, &self.boot_id);
-        w.u8(64, if self.checksum { ADDRESS_CHECKSUM } else { 0 });
-        w.buf
+        fixed(|w| {
+            w.u64(ADDRESS_MAGIC);
+            w.u32(self.rank);
+            w.u32(self.local);
+            w.u32(self.pid);
+            w.u32(self.fd);
+            w.u64(self.seg_len);
+            w.u64(self.file_id);
+            w.u64(self.probe);
+            w.bytes(&self.boot_id);
+            w.u8(if self.checksum { ADDRESS_CHECKSUM } else { 0 });
+        })
     }
 
     /// Decodes an address: exactly [`ADDRESS_LEN`] bytes with the magic.
@@ -558,25 +595,34 @@ impl Address {
                 have: bytes.len(),
             });
         }
-        let r = Reader::exact(bytes, ADDRESS_LEN)?;
-        if r.u64(0) != ADDRESS_MAGIC {
+        let mut f = exact(bytes, ADDRESS_LEN)?;
+        if f.u64()? != ADDRESS_MAGIC {
             return Err(Malformed::BadMagic);
         }
-        r.reserved(65..ADDRESS_LEN)?;
-        let checksum = match r.u8(64) {
+        let rank = f.u32()?;
+        let local = f.u32()?;
+        let pid = f.u32()?;
+        let fd = f.u32()?;
+        let seg_len = f.u64()?;
+        let file_id = f.u64()?;
+        let probe = f.u64()?;
+        let boot_id = f.array()?;
+        let flags = f.u8()?;
+        f.reserved::<7>(RESERVED)?;
+        let checksum = match flags {
             0 => false,
             ADDRESS_CHECKSUM => true,
             _ => return Err(Malformed::Inconsistent("unknown address flags")),
         };
         Ok(Address {
-            rank: r.u32(8),
-            local: r.u32(12),
-            pid: r.u32(16),
-            fd: r.u32(20),
-            seg_len: r.u64(24),
-            file_id: r.u64(32),
-            probe: r.u64(40),
-            boot_id: r.bytes(48),
+            rank,
+            local,
+            pid,
+            fd,
+            seg_len,
+            file_id,
+            probe,
+            boot_id,
             checksum,
         })
     }
