@@ -508,8 +508,15 @@ impl State {
                 payload,
                 cookie,
             } => {
-                let Some(slot) = self.stage(payload)? else {
-                    return Ok(false);
+                let slot = match self.stage(payload) {
+                    Ok(Some(slot)) => slot,
+                    Ok(None) => return Ok(false),
+                    // The staging pool could not grow: a local failure
+                    // that ends this send, not the peer.
+                    Err(e) => {
+                        self.events.push_back(Event::Send(*cookie, Err(e)));
+                        return Ok(true);
+                    }
                 };
                 let id = self.next_op;
                 self.next_op += 1;
