@@ -5,6 +5,7 @@
 mod common;
 
 use std::net::TcpStream;
+use std::time::Instant;
 
 use common::*;
 use fireopal_abi::param::ParamValue;
@@ -46,8 +47,8 @@ fn hold_strangers(procs: &mut [Proc], n: usize, held: &mut Vec<TcpStream>) {
 }
 
 /// Sends `count` messages of distinct contents each way between ranks 0
-/// and 1 and checks every one.
-fn exchange(procs: &mut [Proc], round: u64, count: usize) {
+/// and 1, runs `meanwhile` with them posted, and checks every one.
+fn exchange(procs: &mut [Proc], round: u64, count: usize, mut meanwhile: impl FnMut(&mut [Proc])) {
     let before = [procs[0].rec.count_from(1), procs[1].rec.count_from(0)];
     for i in 0..count as u64 {
         let len = 100 + (i as usize * 997) % 9000;
@@ -62,6 +63,7 @@ fn exchange(procs: &mut [Proc], round: u64, count: usize) {
             2 * seed + 1,
         );
     }
+    meanwhile(procs);
     drive(procs, "every message", |p| {
         p[0].rec.count_from(1) == before[0] + count && p[1].rec.count_from(0) == before[1] + count
     });
@@ -78,14 +80,16 @@ fn exchange(procs: &mut [Proc], round: u64, count: usize) {
 
 fn strangers_do_not_keep_the_job_out(n: usize) {
     raise_fd_limit(2 * n as u64 + 1024);
+    let start = Instant::now();
     let mut procs = job(JobSpec::new(2));
     let mut held = Vec::new();
     // Before the ranks dial each other: every slot is taken.
     hold_strangers(&mut procs, n, &mut held);
-    exchange(&mut procs, 1, 50);
-    // And while they talk.
-    hold_strangers(&mut procs, n, &mut held);
-    exchange(&mut procs, 2, 50);
+    exchange(&mut procs, 1, 50, |_| {});
+    // And while messages are in flight.
+    exchange(&mut procs, 2, 50, |p| hold_strangers(p, n, &mut held));
+    // One line per address and 10 s window, however many were dropped.
+    let windows = 1 + start.elapsed().as_secs() as usize / 10;
     for p in &procs {
         assert!(p.rec.failed.is_empty(), "{:?}", p.rec.failed);
         p.rec.assert_at_most_once();
@@ -97,7 +101,7 @@ fn strangers_do_not_keep_the_job_out(n: usize) {
             .iter()
             .filter(|(_, l)| l.contains("dropped connection from"))
             .count();
-        assert!(lines <= 2, "{lines} lines:\n{}", p.log_text());
+        assert!(lines <= windows, "{lines} lines:\n{}", p.log_text());
         assert!(!p.logged("claiming rank"), "{}", p.log_text());
     }
     drop(held);
@@ -115,14 +119,15 @@ fn a_thousand_strangers_on_each_rank_do_not_keep_the_job_out() {
 
 #[test]
 fn a_dial_cut_before_the_handshake_is_dialled_again() {
-    // One slot per source: the stranger that arrives after rank 0's
-    // connection pushes it out before rank 1 has read its Hello.
+    // One slot per source: a stranger from the same address, arriving
+    // while rank 0's connection is unproven, pushes it out.
     let mut procs = job(JobSpec::new(2).param("btl_tcp_max_unauthenticated", ParamValue::UInt(2)));
     post(procs[0].m(), 1, 1, b"h", &pattern(7, 5000), 1);
-    // Rank 0 dials and writes its Hello; rank 1 does not run yet.
-    for _ in 0..200 {
-        procs[0].progress();
-    }
+    // Rank 1 alone takes rank 0's connection; rank 0 does not run, so the
+    // handshake cannot finish before the stranger comes.
+    drive_some(&mut procs, &[1], "rank 0's connection accepted", |p| {
+        p[1].m().connection_count() == 1
+    });
     let stranger = TcpStream::connect(listen_addr(&procs[1].modules[0])).unwrap();
     drive(&mut procs, "the message", |p| p[1].rec.count_from(0) == 1);
     assert_eq!(
