@@ -56,8 +56,8 @@ const DEFAULT_RECV_STAGING: u64 = 128 << 10;
 /// pushed at once, so the receiver copies one while the sender writes the
 /// next (a long write is pushed only once half the peer's window is
 /// queued). A lone frame goes in one `sendmsg`: it is pushed at its end
-/// anyway, and pieces cost a system call each (1 MiB ping-pong 0.86x Open
-/// MPI's latency whole, 1.26x in pieces).
+/// anyway, and pieces cost a system call each (an alternated 1 MiB
+/// ping-pong: 220 µs whole against 265 µs in pieces, median of 5).
 const DEFAULT_WRITE_CHUNK: u64 = 60 << 10;
 const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_MAX_UNAUTHENTICATED: u64 = 64;
