@@ -1,52 +1,25 @@
-//! Test harness: a host that serves parameters and job facts and records
-//! log lines, jobs of several ranks whose tcp modules talk over
-//! 127.0.0.1 in one thread, and an event recorder.
+//! Test harness: jobs of several ranks whose tcp modules talk over
+//! 127.0.0.1 in one thread, on the conformance crate's host and event
+//! recorder, with what the tcp tests add: log reading, wrong job keys,
+//! partial progress, and impostors that speak the handshake.
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use abi_stable::std_types::{ROption, RSlice, RStr};
-use fireopal_abi::btl::{BtlComponentImpl, EventSink, PeerAddress, Rank, Reachability, Transport};
-use fireopal_abi::host::{Host, HostServices, JobInfo, LogLevel, JOB_KEY_LEN};
+use abi_stable::std_types::RSlice;
+use fireopal_abi::btl::{BtlComponentImpl, PeerAddress, Rank, Reachability, Transport};
+use fireopal_abi::host::{Host, JobInfo, JOB_KEY_LEN};
 use fireopal_abi::param::ParamValue;
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_btl_tcp::{TcpComponent, TcpModule};
+pub use fireopal_conformance::host::Logs;
+pub use fireopal_conformance::pattern::pattern;
+pub use fireopal_conformance::recorder::Recorder;
+use fireopal_conformance::TestHost;
 
 /// How long any one wait in a test may take before the test fails.
 pub const LIMIT: Duration = Duration::from_secs(60);
-
-pub type Logs = Arc<Mutex<Vec<(LogLevel, String)>>>;
-
-/// A host for one rank.
-#[derive(Clone)]
-pub struct TestHost {
-    params: Arc<HashMap<String, ParamValue>>,
-    job: JobInfo,
-    logs: Logs,
-}
-
-impl HostServices for TestHost {
-    fn param(&self, name: RStr<'_>) -> ROption<ParamValue> {
-        self.params.get(name.as_str()).cloned().into()
-    }
-
-    fn job(&self) -> JobInfo {
-        self.job
-    }
-
-    fn log(&self, level: LogLevel, message: RStr<'_>) {
-        if std::env::var_os("TCP_TEST_LOG").is_some() {
-            eprintln!("[rank {}] {level:?}: {message}", self.job.rank);
-        }
-        self.logs
-            .lock()
-            .unwrap()
-            .push((level, message.as_str().to_owned()));
-    }
-}
 
 pub const KEY: [u8; JOB_KEY_LEN] = [0x5a; JOB_KEY_LEN];
 
@@ -74,27 +47,25 @@ impl JobSpec {
 }
 
 pub fn host_for(spec: &JobSpec, rank: Rank, key: [u8; JOB_KEY_LEN]) -> (Host, Logs) {
-    let mut params: HashMap<String, ParamValue> = HashMap::new();
-    params.insert(
-        "btl_tcp_if_include".into(),
+    let mut params = vec![(
+        "btl_tcp_if_include".to_owned(),
         ParamValue::Str("127.0.0.1".into()),
+    )];
+    params.extend(
+        spec.params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone())),
     );
-    for (k, v) in &spec.params {
-        params.insert((*k).to_owned(), v.clone());
-    }
-    let logs: Logs = Arc::default();
-    let host = Host::from_impl(TestHost {
-        params: Arc::new(params),
-        job: JobInfo {
-            rank,
-            size: spec.size,
-            local_rank: rank,
-            local_size: spec.size,
-            job_key: key,
-        },
-        logs: Arc::clone(&logs),
-    });
-    (host, logs)
+    let job = JobInfo {
+        rank,
+        size: spec.size,
+        local_rank: rank,
+        local_size: spec.size,
+        job_key: key,
+    };
+    let host = TestHost::new(job, &params);
+    let logs = host.logs();
+    (host.into_host(), logs)
 }
 
 /// One rank of a test job.
@@ -246,82 +217,6 @@ pub fn settle(procs: &mut [Proc], time: Duration) {
 /// that what would go wrong has the calls it needs to show: a few times
 /// the modules' period between looks at the clock.
 pub const SETTLE_ROUNDS: u32 = 256;
-
-/// One delivered message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Msg {
-    pub peer: Rank,
-    pub tag: u8,
-    pub header: Vec<u8>,
-    pub payload: Vec<u8>,
-}
-
-/// Records every event.
-#[derive(Debug, Default)]
-pub struct Recorder {
-    pub msgs: Vec<Msg>,
-    pub sends: HashMap<u64, Vec<Result<(), PluginError>>>,
-    pub rdma: HashMap<u64, Vec<Result<(), PluginError>>>,
-    pub failed: Vec<(Rank, PluginError)>,
-}
-
-impl Recorder {
-    pub fn from(&self, peer: Rank) -> impl Iterator<Item = &Msg> {
-        self.msgs.iter().filter(move |m| m.peer == peer)
-    }
-
-    pub fn count_from(&self, peer: Rank) -> usize {
-        self.from(peer).count()
-    }
-
-    pub fn failures_of(&self, peer: Rank) -> usize {
-        self.failed.iter().filter(|(r, _)| *r == peer).count()
-    }
-
-    /// Asserts every completion was reported at most once.
-    pub fn assert_at_most_once(&self) {
-        for (c, v) in self.sends.iter().chain(&self.rdma) {
-            assert!(v.len() <= 1, "cookie {c} completed {} times", v.len());
-        }
-    }
-}
-
-impl EventSink for Recorder {
-    fn deliver(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
-        self.msgs.push(Msg {
-            peer,
-            tag,
-            header: header.to_vec(),
-            payload: payload.to_vec(),
-        });
-    }
-
-    fn send_complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        self.sends.entry(cookie).or_default().push(status);
-    }
-
-    fn rdma_complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        self.rdma.entry(cookie).or_default().push(status);
-    }
-
-    fn peer_failed(&mut self, peer: Rank, error: PluginError) {
-        self.failed.push((peer, error));
-    }
-}
-
-/// Deterministic pseudo-random bytes (xorshift64*).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 /// Whether an error is of `kind`.
 pub fn is_kind(e: &PluginError, kind: ErrorKind) -> bool {
