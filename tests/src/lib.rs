@@ -12,7 +12,7 @@ mod proc_tree;
 
 use proc_tree::{descendants, signal};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 
 /// Root of the fireopal workspace.
@@ -116,6 +116,26 @@ pub fn build_fixture(
         ));
     }
     Ok((fixture_target_dir().join("debug"), guard))
+}
+
+/// Runs `cargo test` on the crate at `manifest_dir` with extra environment
+/// variables, as its author would, in the fixtures' target directory and
+/// under the same lock as [`build_fixture`]; its output, passed or not.
+pub fn test_fixture(manifest_dir: &Path, envs: &[(&str, &str)]) -> Result<Output, String> {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("test")
+        .arg("--manifest-path")
+        .arg(manifest_dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", fixture_target_dir())
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET_DIR");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().map_err(|e| format!("cannot run cargo: {e}"))
 }
 
 /// Compiles C source into a shared library with the system C compiler.

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use fireopal_tests::{
-    build_fixture, fixture_source, host_binary, run_with_timeout, RunOutput, TempDir,
+    build_fixture, fixture_source, host_binary, run_with_timeout, test_fixture, RunOutput, TempDir,
 };
 
 const CASES: [&str; 8] = [
@@ -199,6 +199,43 @@ fn a_broken_transport_fails() {
     assert_failed(
         &out,
         "rank 0: 0 passed, 1 failed, 0 not applicable, 7 not run",
+    );
+}
+
+/// The out-of-tree transport runs the transport suite from its own `cargo
+/// test`, with `fireopal-conformance` as a dev-dependency, as a vendor
+/// would; built with a fault, the same command fails and names the case.
+#[test]
+fn the_out_of_tree_transport_runs_the_suite_in_its_own_tests() {
+    let crate_dir = fixture_source("btl-loop");
+    let out = test_fixture(&crate_dir, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for case in ["sizes", "many_small", "remove_peer", "rdma"] {
+        assert!(
+            stdout.contains(&format!("test conformance::{case} ... ok")),
+            "{case} did not run:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("11 passed; 0 failed"), "{stdout}");
+
+    let out = test_fixture(&crate_dir, &[("FIXTURE_FAULT", "truncate")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a truncating transport passed:\n{stdout}"
+    );
+    assert!(
+        stderr.contains("btl loop fails the transport contract in case sizes")
+            || stdout.contains("btl loop fails the transport contract in case sizes"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("test conformance::sizes ... FAILED"),
+        "{stdout}"
     );
 }
 
