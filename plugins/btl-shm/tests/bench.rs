@@ -294,7 +294,7 @@ fn pingpong_figures() {
 #[ignore = "prints figures; run in release with --ignored --nocapture"]
 fn small_message_overhead() {
     use fireopal_abi::btl::PeerAddress;
-    let key = common::random_key();
+    let key = fireopal_conformance::host::fresh_job_key();
     let mut a = common::open(common::host(0, 2, key, &[]));
     let mut b = common::open(common::host(1, 2, key, &[]));
     let (aa, ba) = (a.address().unwrap(), b.address().unwrap());

@@ -11,14 +11,14 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{
-    fill, host, map_foreign, map_queue_segment, matches, open, progress_until, random_key, run,
-    word, Ctx, Job, Sink,
-};
+use common::{host, map_foreign, map_queue_segment, open, progress_until, run, word, Ctx, Job};
 use fireopal_abi::btl::{PeerAddress, Reachability, Transport};
 use fireopal_abi::param::ParamValue;
 use fireopal_abi::ErrorKind;
 use fireopal_btl_shm::PARAM_CHECKSUM;
+use fireopal_conformance::host::fresh_job_key;
+use fireopal_conformance::pattern::{fill, matches, seed};
+use fireopal_conformance::Recorder;
 use fireopal_core::shmq::fbox::{self, Found};
 use fireopal_core::shmq::fifo::FragmentHeader;
 use fireopal_core::shmq::layout::SLOT_DATA;
@@ -104,7 +104,7 @@ fn corrupted(ctx: &mut Ctx, checksum: bool) -> Result<String, String> {
     let me = ctx.rank;
     if me != VICTIM {
         let mut payload = vec![0u8; size_of(me)];
-        fill(&mut payload, me, VICTIM, 0);
+        fill(&mut payload, seed(me, VICTIM, 0));
         // Written before `send` returns, with or without room to spare:
         // the victim has read nothing yet.
         ctx.module
@@ -120,7 +120,7 @@ fn corrupted(ctx: &mut Ctx, checksum: bool) -> Result<String, String> {
         ctx.barrier(); // 3
         return Ok(String::new());
     }
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     let result = if checksum {
         caught(ctx, &mut sink)
     } else {
@@ -132,9 +132,9 @@ fn corrupted(ctx: &mut Ctx, checksum: bool) -> Result<String, String> {
 
 /// With checksums: the three changed messages fail their senders, with
 /// the checksum named, and are not delivered; the untouched one is.
-fn caught(ctx: &mut Ctx, sink: &mut Sink) -> Result<String, String> {
+fn caught(ctx: &mut Ctx, sink: &mut Recorder) -> Result<String, String> {
     progress_until(&mut ctx.module, sink, Duration::from_secs(60), |s| {
-        s.failed.len() >= 3 && !s.messages.is_empty()
+        s.failed.len() >= 3 && !s.delivered.is_empty()
     })?;
     let mut blamed: Vec<u32> = sink.failed.iter().map(|f| f.0).collect();
     blamed.sort_unstable();
@@ -150,11 +150,11 @@ fn caught(ctx: &mut Ctx, sink: &mut Sink) -> Result<String, String> {
             return Err(format!("rank {rank} failed with: {text}"));
         }
     }
-    let from: Vec<u32> = sink.messages.iter().map(|m| m.0).collect();
+    let from: Vec<u32> = sink.delivered.iter().map(|m| m.peer).collect();
     if from != [MEDDLER] {
         return Err(format!("delivered from {from:?}"));
     }
-    if !matches(&sink.messages[0].3, MEDDLER, VICTIM, 0) {
+    if !matches(&sink.delivered[0].payload, seed(MEDDLER, VICTIM, 0)) {
         return Err("the untouched message arrived changed".into());
     }
     let errors = ctx.module.counters().checksum_errors;
@@ -171,20 +171,21 @@ fn caught(ctx: &mut Ctx, sink: &mut Sink) -> Result<String, String> {
 
 /// Without: every message is delivered, the three changed ones with the
 /// changed byte, and nobody fails.
-fn missed(ctx: &mut Ctx, sink: &mut Sink) -> Result<String, String> {
+fn missed(ctx: &mut Ctx, sink: &mut Recorder) -> Result<String, String> {
     progress_until(&mut ctx.module, sink, Duration::from_secs(60), |s| {
-        s.messages.len() >= 4
+        s.delivered.len() >= 4
     })?;
     if !sink.failed.is_empty() {
         return Err(format!("failures: {:?}", sink.failed));
     }
-    for (rank, _, _, payload) in &sink.messages {
-        let intact = matches(payload, *rank, VICTIM, 0);
-        if intact != (*rank == MEDDLER) || payload.len() != size_of(*rank) {
+    for m in &sink.delivered {
+        let rank = m.peer;
+        let intact = matches(&m.payload, seed(rank, VICTIM, 0));
+        if intact != (rank == MEDDLER) || m.payload.len() != size_of(rank) {
             return Err(format!("message of rank {rank}: intact {intact}"));
         }
     }
-    Ok(format!("{} messages, 3 changed", sink.messages.len()))
+    Ok(format!("{} messages, 3 changed", sink.delivered.len()))
 }
 
 fn job<'a>(params: &'a [(&'a str, ParamValue)]) -> Job<'a> {
@@ -212,7 +213,7 @@ fn changed_payloads_reach_the_program_without_it() {
 
 #[test]
 fn peers_that_disagree_on_checksums_do_not_talk() {
-    let key = random_key();
+    let key = fresh_job_key();
     let on = [(PARAM_CHECKSUM, ParamValue::Bool(true))];
     let off = [(PARAM_CHECKSUM, ParamValue::Bool(false))];
     let mut a = open(host(0, 2, key, &on));

@@ -9,9 +9,10 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{map_queue_segment, progress_until, run, word, Ctx, Job, Sink};
+use common::{map_queue_segment, progress_until, run, word, Ctx, Job};
 use fireopal_abi::btl::{SendiOutcome, Transport};
 use fireopal_abi::ErrorKind;
+use fireopal_conformance::Recorder;
 use fireopal_core::shmq::fbox::EntryHeader;
 use fireopal_core::shmq::fifo::FragmentHeader;
 use fireopal_core::shmq::layout::SLOT_DATA;
@@ -27,7 +28,7 @@ const HEALTHY: u32 = 4;
 /// rendezvous request (payload outside its segment). Rank 4 keeps
 /// talking to the victim.
 fn corrupt(ctx: &mut Ctx) -> Result<String, String> {
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     let me = ctx.rank;
     if me != VICTIM {
         for i in 0..3u8 {
@@ -43,7 +44,7 @@ fn corrupt(ctx: &mut Ctx) -> Result<String, String> {
     }
     if me == VICTIM {
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(30), |s| {
-            s.messages.len() >= 12
+            s.delivered.len() >= 12
         })?;
     }
     ctx.barrier(); // 1: the good messages arrived
@@ -119,7 +120,7 @@ fn corrupt(ctx: &mut Ctx) -> Result<String, String> {
     match me {
         VICTIM => {
             progress_until(&mut ctx.module, &mut sink, Duration::from_secs(30), |s| {
-                s.failed.len() >= 3 && s.messages.len() >= 12 + 2
+                s.failed.len() >= 3 && s.delivered.len() >= 12 + 2
             })?;
             let mut blamed: Vec<u32> = sink.failed.iter().map(|f| f.0).collect();
             blamed.sort_unstable();
@@ -142,11 +143,11 @@ fn corrupt(ctx: &mut Ctx) -> Result<String, String> {
             }
             // The healthy peer's messages after the corruption (one in
             // a queue slot, one in the fast box) arrived intact.
-            let late: Vec<&Vec<u8>> = sink.messages[12..].iter().map(|m| &m.3).collect();
+            let late: Vec<&Vec<u8>> = sink.delivered[12..].iter().map(|m| &m.payload).collect();
             if late.len() != 2
                 || late[0].len() != 2000
                 || late[1] != &[9]
-                || sink.messages[12..].iter().any(|m| m.0 != HEALTHY)
+                || sink.delivered[12..].iter().any(|m| m.peer != HEALTHY)
             {
                 return Err("healthy peer's late messages are wrong".into());
             }
@@ -203,7 +204,7 @@ fn peer_exits(ctx: &mut Ctx, pending: bool) -> Result<String, String> {
     if ctx.rank == 1 {
         return Ok("exiting".into());
     }
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     if pending {
         let big = vec![1u8; 1 << 20];
         ctx.module
@@ -222,10 +223,10 @@ fn peer_exits(ctx: &mut Ctx, pending: bool) -> Result<String, String> {
     {
         return Err(format!("failures: {:?}", sink.failed));
     }
-    let completions_ok = match sink.sends.as_slice() {
-        [] => !pending,
-        [(cookie, result)] => pending && *cookie == 5 && result.is_err(),
-        _ => false,
+    let completions_ok = match sink.sends.get(&5).map(Vec::as_slice) {
+        None => !pending && sink.sends.is_empty(),
+        Some([Err(_)]) => pending && sink.sends.len() == 1,
+        Some(_) => false,
     };
     if !completions_ok {
         return Err(format!("completions: {:?}", sink.sends));

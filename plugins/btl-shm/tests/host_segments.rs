@@ -8,9 +8,11 @@ mod common;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use common::{fill, matches, progress_until, run, Ctx, Job, Sink};
+use common::{progress_until, run, Ctx, Job};
 use fireopal_abi::btl::{Access, Completion, MemRegion, RdmaOp, Transport};
 use fireopal_abi::ErrorKind;
+use fireopal_conformance::pattern::{fill, matches, seed};
+use fireopal_conformance::Recorder;
 
 const SEG_LEN: usize = (2 << 20) + 4096;
 const MSG_LEN: usize = 600_000;
@@ -75,7 +77,7 @@ impl Drop for MemFile {
 }
 
 fn owner(ctx: &mut Ctx) -> Result<String, String> {
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     let unsealed = MemFile::new(SEG_LEN, false);
     match ctx
         .module
@@ -99,7 +101,10 @@ fn owner(ctx: &mut Ctx) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     // Two in-place sends from different places of the file.
     for (round, offset) in [(0u32, 4096usize), (1, SEG_LEN - MSG_LEN)] {
-        fill(&mut file.bytes()[offset..offset + MSG_LEN], 0, 1, round);
+        fill(
+            &mut file.bytes()[offset..offset + MSG_LEN],
+            seed(0, 1, round.into()),
+        );
         let region = file.region(offset, MSG_LEN);
         // SAFETY: the bytes stay untouched until the completion below.
         let c = unsafe {
@@ -111,12 +116,12 @@ fn owner(ctx: &mut Ctx) -> Result<String, String> {
             return Err("in-place send from the file was not a rendezvous".into());
         }
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-            s.sends.iter().any(|x| x.0 == u64::from(round))
+            s.sends.contains_key(&u64::from(round))
         })?;
         ctx.barrier();
     }
     // A registration inside the file: the peer reads it with `get`.
-    fill(&mut file.bytes()[100..100 + MSG_LEN], 0, 1, 7);
+    fill(&mut file.bytes()[100..100 + MSG_LEN], seed(0, 1, 7));
     let key = ctx
         .module
         .register_mem(file.region(100, MSG_LEN), Access::REMOTE_READ)
@@ -139,15 +144,15 @@ fn owner(ctx: &mut Ctx) -> Result<String, String> {
 }
 
 fn reader(ctx: &mut Ctx) -> Result<String, String> {
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     for round in 0..2usize {
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-            s.messages.len() > round
+            s.delivered.len() > round
         })?;
-        let (src, tag, h, p) = &sink.messages[round];
-        if (*src, *tag, h.as_slice()) != (0, 3, &[round as u8][..])
-            || p.len() != MSG_LEN
-            || !matches(p, 0, 1, round as u32)
+        let m = &sink.delivered[round];
+        if (m.peer, m.tag, m.header.as_slice()) != (0, 3, &[round as u8][..])
+            || m.payload.len() != MSG_LEN
+            || !matches(&m.payload, seed(0, 1, round as u64))
         {
             return Err(format!("message {round} is wrong"));
         }
@@ -176,7 +181,7 @@ fn reader(ctx: &mut Ctx) -> Result<String, String> {
             !s.rdma.is_empty()
         })?;
     }
-    if !matches(&got, 0, 1, 7) {
+    if !matches(&got, seed(0, 1, 7)) {
         return Err("get from the registered file returned wrong bytes".into());
     }
     let before = ctx.module.mapping_stats();

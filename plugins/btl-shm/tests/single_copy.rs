@@ -8,11 +8,13 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{fill, matches, progress_until, run, Ctx, Job, Sink};
+use common::{progress_until, run, Ctx, Job};
 use fireopal_abi::btl::{Access, Completion, MemRegion, RdmaOp, Transport};
 use fireopal_abi::param::ParamValue;
 use fireopal_abi::ErrorKind;
 use fireopal_btl_shm::PARAM_SINGLE_COPY;
+use fireopal_conformance::pattern::{fill, matches, seed};
+use fireopal_conformance::Recorder;
 
 const HEAP_LEN: usize = (1 << 20) + 123;
 const BUF_LEN: usize = 1 << 20;
@@ -31,17 +33,17 @@ fn u64_at(bytes: &[u8], i: usize) -> u64 {
 /// rank 0 gets and puts through whatever mechanism the mode allows, and
 /// checks the answers; rank 1 then checks what was put.
 fn put_get(ctx: &mut Ctx) -> Result<String, String> {
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     let rw = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_READ | Access::LOCAL_WRITE;
     let mode = ctx.module.single_copy_status();
     if ctx.rank == 1 {
         let mut heap = vec![0u8; HEAP_LEN];
-        fill(&mut heap, 1, 0, 100);
+        fill(&mut heap, seed(1, 0, 100));
         let mut tb = ctx
             .module
             .alloc_transfer_buffer(BUF_LEN)
             .map_err(|e| e.to_string())?;
-        fill(tb.as_mut_slice(), 1, 0, 200);
+        fill(tb.as_mut_slice(), seed(1, 0, 200));
         let mut ro = vec![5u8; 4096];
         let mut gone = vec![6u8; 4096];
         let k_heap = ctx
@@ -79,15 +81,15 @@ fn put_get(ctx: &mut Ctx) -> Result<String, String> {
         }
         // Serve emulated operations until rank 0 says it is done.
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-            !s.messages.is_empty()
+            !s.delivered.is_empty()
         })?;
         let mut want = vec![0u8; HEAP_LEN];
-        fill(&mut want, 1, 0, 100);
-        fill(&mut want[77..77 + 300_000], 0, 1, 300);
+        fill(&mut want, seed(1, 0, 100));
+        fill(&mut want[77..77 + 300_000], seed(0, 1, 300));
         if heap != want {
             return Err("heap memory does not hold what was put".into());
         }
-        if !matches(tb.as_slice(), 0, 1, 400) {
+        if !matches(tb.as_slice(), seed(0, 1, 400)) {
             return Err("transfer buffer does not hold what was put".into());
         }
         if ro.iter().any(|&b| b != 5) {
@@ -137,9 +139,9 @@ fn put_get(ctx: &mut Ctx) -> Result<String, String> {
     let mut got_heap = vec![0u8; HEAP_LEN];
     let mut got_tb = vec![0u8; 100_000];
     let mut put_heap = vec![0u8; 300_000];
-    fill(&mut put_heap, 0, 1, 300);
+    fill(&mut put_heap, seed(0, 1, 300));
     let mut put_tb = vec![0u8; BUF_LEN];
-    fill(&mut put_tb, 0, 1, 400);
+    fill(&mut put_tb, seed(0, 1, 400));
     let m = &mut ctx.module;
     op(&mut pending, m, false, &mut got_heap, a_heap, &keys[0], 1).map_err(|e| e.to_string())?;
     op(
@@ -212,10 +214,12 @@ fn put_get(ctx: &mut Ctx) -> Result<String, String> {
     progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
         s.rdma.len() >= want
     })?;
-    let mut seen = HashSet::new();
-    for (cookie, status) in &sink.rdma {
-        if !pending.contains(cookie) || !seen.insert(*cookie) {
-            return Err(format!("unexpected or repeated completion {cookie}"));
+    for (cookie, statuses) in &sink.rdma {
+        let [status] = statuses.as_slice() else {
+            return Err(format!("{} completions of {cookie}", statuses.len()));
+        };
+        if !pending.contains(cookie) {
+            return Err(format!("unexpected completion {cookie}"));
         }
         match (*cookie, status) {
             (8, Err(_)) => {}
@@ -224,11 +228,11 @@ fn put_get(ctx: &mut Ctx) -> Result<String, String> {
             _ => {}
         }
     }
-    if !matches(&got_heap, 1, 0, 100) {
+    if !matches(&got_heap, seed(1, 0, 100)) {
         return Err("get from heap memory returned wrong bytes".into());
     }
     let mut want_tb = vec![0u8; BUF_LEN];
-    fill(&mut want_tb, 1, 0, 200);
+    fill(&mut want_tb, seed(1, 0, 200));
     if got_tb != want_tb[4096 + 5..4096 + 5 + 100_000] {
         return Err("get from a transfer buffer returned wrong bytes".into());
     }
@@ -303,20 +307,20 @@ fn put_and_get_emulated_through_the_queues() {
 /// the sender stages it); small payloads are sent eagerly. Each Pending
 /// send completes once, after the receiver took the payload.
 fn in_place(ctx: &mut Ctx) -> Result<String, String> {
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     if ctx.rank == 1 {
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-            s.messages.len() >= 3
+            s.delivered.len() >= 3
         })?;
-        for (i, (src, tag, h, p)) in sink.messages.iter().enumerate() {
+        for (i, m) in sink.delivered.iter().enumerate() {
             let size = [BUF_LEN, HEAP_LEN, 64][i];
-            if *src != 0
-                || *tag != 4
-                || h != &[i as u8; 3]
-                || p.len() != size
-                || !matches(p, 0, 1, i as u32)
+            if m.peer != 0
+                || m.tag != 4
+                || m.header != [i as u8; 3]
+                || m.payload.len() != size
+                || !matches(&m.payload, seed(0, 1, i as u64))
             {
-                return Err(format!("message {i} is wrong ({} bytes)", p.len()));
+                return Err(format!("message {i} is wrong ({} bytes)", m.payload.len()));
             }
         }
         while !ctx.module.is_quiet() {
@@ -333,11 +337,11 @@ fn in_place(ctx: &mut Ctx) -> Result<String, String> {
         .module
         .alloc_transfer_buffer(BUF_LEN)
         .map_err(|e| e.to_string())?;
-    fill(tb.as_mut_slice(), 0, 1, 0);
+    fill(tb.as_mut_slice(), seed(0, 1, 0));
     let mut heap = vec![0u8; HEAP_LEN];
-    fill(&mut heap, 0, 1, 1);
+    fill(&mut heap, seed(0, 1, 1));
     let mut small = vec![0u8; 64];
-    fill(&mut small, 0, 1, 2);
+    fill(&mut small, seed(0, 1, 2));
     let mut pending = Vec::new();
     let regions = [
         region(tb.as_mut_slice()),
@@ -361,9 +365,10 @@ fn in_place(ctx: &mut Ctx) -> Result<String, String> {
     for _ in 0..100 {
         ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
     }
-    let mut got: Vec<u64> = sink.sends.iter().map(|s| s.0).collect();
+    let mut got: Vec<u64> = sink.sends.keys().copied().collect();
     got.sort_unstable();
-    if got != pending || sink.sends.iter().any(|s| s.1.is_err()) {
+    let once_and_well = |v: &Vec<Result<(), _>>| matches!(v.as_slice(), [Ok(())]);
+    if got != pending || !sink.sends.values().all(once_and_well) {
         return Err(format!(
             "completions {:?} for pending {pending:?}",
             sink.sends
@@ -390,16 +395,16 @@ fn in_place_sends_read_where_the_payload_is() {
 /// nothing new; after the owner frees the buffer and makes a new one at
 /// the same address, the receiver maps again and gets the new bytes.
 fn mapping_cache(ctx: &mut Ctx) -> Result<String, String> {
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     if ctx.rank == 1 {
         let mut report = Vec::new();
         for round in 0..3usize {
             progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-                s.messages.len() > round
+                s.delivered.len() > round
             })?;
-            let (_, _, h, p) = &sink.messages[round];
-            let index = u32::from(h[0]);
-            if !matches(p, 0, 1, index) {
+            let m = &sink.delivered[round];
+            let index = m.header[0];
+            if !matches(&m.payload, seed(0, 1, index.into())) {
                 return Err(format!("round {round}: payload is not message {index}"));
             }
             let s = ctx.module.mapping_stats();
@@ -424,7 +429,7 @@ fn mapping_cache(ctx: &mut Ctx) -> Result<String, String> {
                     buf: &mut fireopal_btl_shm::TransferBuffer,
                     index: u8|
      -> Result<(), String> {
-        fill(buf.as_mut_slice(), 0, 1, u32::from(index));
+        fill(buf.as_mut_slice(), seed(0, 1, index.into()));
         let r = region(buf.as_mut_slice());
         // SAFETY: the buffer stays untouched until the completion.
         unsafe {
@@ -433,7 +438,7 @@ fn mapping_cache(ctx: &mut Ctx) -> Result<String, String> {
         }
         .map_err(|e| e.to_string())?;
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-            s.sends.iter().any(|c| c.0 == u64::from(index))
+            s.sends.contains_key(&u64::from(index))
         })?;
         ctx.barrier();
         Ok(())
@@ -526,10 +531,10 @@ fn without_cma(ctx: &mut Ctx) -> Result<String, String> {
     if ctx.module.peer_cma_status(1 - ctx.rank).is_ok() {
         return Err("process_vm_readv claimed usable with the peer".into());
     }
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     if ctx.rank == 1 {
         let mut heap = vec![0u8; 100_000];
-        fill(&mut heap, 1, 0, 7);
+        fill(&mut heap, seed(1, 0, 7));
         let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
         let key = ctx
             .module
@@ -539,10 +544,9 @@ fn without_cma(ctx: &mut Ctx) -> Result<String, String> {
         addr.extend_from_slice(&key.remote_key);
         ctx.allgather(&addr);
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-            s.messages.len() >= 2
+            s.delivered.len() >= 2
         })?;
-        let (_, _, _, p) = &sink.messages[0];
-        if !matches(p, 0, 1, 3) {
+        if !matches(&sink.delivered[0].payload, seed(0, 1, 3)) {
             return Err("staged in-place payload is wrong".into());
         }
         ctx.barrier();
@@ -564,14 +568,15 @@ fn without_cma(ctx: &mut Ctx) -> Result<String, String> {
         return Err("get without CMA did not go the emulated way".into());
     }
     let mut heap = vec![0u8; HEAP_LEN];
-    fill(&mut heap, 0, 1, 3);
+    fill(&mut heap, seed(0, 1, 3));
     // SAFETY: `heap` stays untouched until the completion.
     unsafe { ctx.module.send_in_place(1, 1, &[], region(&mut heap), 2) }
         .map_err(|e| e.to_string())?;
     progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
         s.rdma.len() == 1 && s.sends.len() == 1
     })?;
-    if sink.rdma[0].1.is_err() || sink.sends[0].1.is_err() || !matches(&got, 1, 0, 7) {
+    let well = |v: Option<&Vec<Result<(), _>>>| matches!(v.map(Vec::as_slice), Some([Ok(())]));
+    if !well(sink.rdma.get(&1)) || !well(sink.sends.get(&2)) || !matches(&got, seed(1, 0, 7)) {
         return Err(format!(
             "emulated get or staged send failed: {:?} {:?}",
             sink.rdma, sink.sends
@@ -607,14 +612,15 @@ fn process_vm_readv_declined_cleanly_without_permission() {
 /// its memory: the in-place send falls back to a staging copy, delivers
 /// the right bytes and completes once, without error.
 fn in_place_fallback(ctx: &mut Ctx) -> Result<String, String> {
-    let mut sink = Sink::keeping();
+    let mut sink = Recorder::default();
     if ctx.rank == 1 {
         forbid_cma(1);
         ctx.barrier();
         progress_until(&mut ctx.module, &mut sink, Duration::from_secs(60), |s| {
-            !s.messages.is_empty()
+            !s.delivered.is_empty()
         })?;
-        if !matches(&sink.messages[0].3, 0, 1, 8) || sink.messages[0].3.len() != HEAP_LEN {
+        let p = &sink.delivered[0].payload;
+        if !matches(p, seed(0, 1, 8)) || p.len() != HEAP_LEN {
             return Err("fallback payload is wrong".into());
         }
         while !ctx.module.is_quiet() {
@@ -625,7 +631,7 @@ fn in_place_fallback(ctx: &mut Ctx) -> Result<String, String> {
     }
     ctx.barrier();
     let mut heap = vec![0u8; HEAP_LEN];
-    fill(&mut heap, 0, 1, 8);
+    fill(&mut heap, seed(0, 1, 8));
     // SAFETY: `heap` stays untouched until the completion.
     let c = unsafe { ctx.module.send_in_place(1, 1, &[], region(&mut heap), 3) }
         .map_err(|e| e.to_string())?;
@@ -638,7 +644,8 @@ fn in_place_fallback(ctx: &mut Ctx) -> Result<String, String> {
     for _ in 0..1000 {
         ctx.module.progress(&mut sink).map_err(|e| e.to_string())?;
     }
-    if sink.sends.len() != 1 || sink.sends[0].1.is_err() {
+    let once_and_well = matches!(sink.sends.get(&3).map(Vec::as_slice), Some([Ok(())]));
+    if sink.sends.len() != 1 || !once_and_well {
         return Err(format!("completions: {:?}", sink.sends));
     }
     let c = ctx.module.counters();

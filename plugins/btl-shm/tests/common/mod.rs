@@ -10,7 +10,6 @@
 
 #![allow(unsafe_code, dead_code, unreachable_pub)]
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -19,67 +18,44 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use abi_stable::std_types::{ROption, RStr};
-use fireopal_abi::btl::{BtlComponentImpl, EventSink, PeerAddress, Rank, Reachability, Transport};
-use fireopal_abi::host::{Host, HostServices, JobInfo, LogLevel};
+use fireopal_abi::btl::{BtlComponentImpl, PeerAddress, Rank, Reachability, Transport};
+use fireopal_abi::host::{Host, JobInfo, LogLevel, JOB_KEY_LEN};
 use fireopal_abi::param::ParamValue;
-use fireopal_abi::PluginError;
-use fireopal_btl_shm::{ShmComponent, ShmTransport};
+use fireopal_btl_shm::{ShmComponent, ShmTransport, PARAM_CHECKSUM};
+use fireopal_conformance::host::fresh_job_key;
+use fireopal_conformance::{Recorder, TestHost};
 use fireopal_core::shmq::layout::{HeaderExpect, Layout, HEADER_LEN};
 use fireopal_core::shmq::wire::Address;
-
-/// Host services of a test process.
-#[derive(Clone)]
-pub struct TestHost {
-    pub job: JobInfo,
-    pub params: HashMap<String, ParamValue>,
-}
-
-impl HostServices for TestHost {
-    fn param(&self, name: RStr<'_>) -> ROption<ParamValue> {
-        self.params.get(name.as_str()).cloned().into()
-    }
-
-    fn job(&self) -> JobInfo {
-        self.job
-    }
-
-    fn log(&self, level: LogLevel, message: RStr<'_>) {
-        if level <= LogLevel::Warn || std::env::var_os("SHM_TEST_LOG").is_some() {
-            eprintln!("[rank {} {level:?}] {message}", self.job.rank);
-        }
-    }
-}
 
 /// A host for rank `rank` of `size` processes, all on one node. With
 /// `SHM_TEST_CHECKSUM=yes` in the environment, `btl_shm_checksum` is on
 /// unless `params` say otherwise, so that any test can be run with
 /// checksums.
-pub fn host(rank: u32, size: u32, key: [u8; 32], params: &[(&str, ParamValue)]) -> Host {
-    let mut all: Vec<(&str, ParamValue)> = Vec::new();
-    if std::env::var("SHM_TEST_CHECKSUM").is_ok_and(|v| v == "yes") {
-        all.push((fireopal_btl_shm::PARAM_CHECKSUM, ParamValue::Bool(true)));
-    }
-    all.extend_from_slice(params);
-    Host::from_impl(TestHost {
-        job: JobInfo {
-            rank,
-            size,
-            local_rank: rank,
-            local_size: size,
-            job_key: key,
-        },
-        params: all.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-    })
+pub fn host(rank: u32, size: u32, key: [u8; JOB_KEY_LEN], params: &[(&str, ParamValue)]) -> Host {
+    test_host(rank, size, key, params).into_host()
 }
 
-/// A fresh random job key.
-pub fn random_key() -> [u8; 32] {
-    let mut key = [0u8; 32];
-    // SAFETY: `key` is valid for 32 bytes of writes.
-    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
-    assert_eq!(n, 32, "getrandom");
-    key
+/// The [`TestHost`] behind [`host`], for a caller that reads its log.
+pub fn test_host(
+    rank: u32,
+    size: u32,
+    key: [u8; JOB_KEY_LEN],
+    params: &[(&str, ParamValue)],
+) -> TestHost {
+    let mut all: Vec<(String, ParamValue)> = Vec::new();
+    let checksum_env = std::env::var("SHM_TEST_CHECKSUM").is_ok_and(|v| v == "yes");
+    if checksum_env && !params.iter().any(|(n, _)| *n == PARAM_CHECKSUM) {
+        all.push((PARAM_CHECKSUM.to_owned(), ParamValue::Bool(true)));
+    }
+    all.extend(params.iter().map(|(n, v)| ((*n).to_owned(), v.clone())));
+    let job = JobInfo {
+        rank,
+        size,
+        local_rank: rank,
+        local_size: size,
+        job_key: key,
+    };
+    TestHost::new(job, &all)
 }
 
 /// Opens the one module of the component for `host`.
@@ -109,64 +85,13 @@ pub fn add_all(module: &mut ShmTransport, own: u32, addresses: &[Vec<u8>]) {
     }
 }
 
-/// A check of each delivered message: peer, tag, header, payload.
-pub type Check = fn(Rank, u8, &[u8], &[u8]) -> bool;
-
-/// Everything a module reported, in order.
-#[derive(Debug, Default)]
-pub struct Sink {
-    pub messages: Vec<(Rank, u8, Vec<u8>, Vec<u8>)>,
-    pub sends: Vec<(u64, Result<(), PluginError>)>,
-    pub rdma: Vec<(u64, Result<(), PluginError>)>,
-    pub failed: Vec<(Rank, PluginError)>,
-    /// When set, payloads are not kept, only counted (and checked by
-    /// `check`).
-    pub keep: bool,
-    pub delivered: usize,
-    pub check: Option<Check>,
-    pub bad: usize,
-}
-
-impl Sink {
-    pub fn keeping() -> Self {
-        Self {
-            keep: true,
-            ..Self::default()
-        }
-    }
-}
-
-impl EventSink for Sink {
-    fn deliver(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
-        self.delivered += 1;
-        if let Some(check) = self.check {
-            if !check(peer, tag, header, payload) {
-                self.bad += 1;
-            }
-        }
-        if self.keep {
-            self.messages
-                .push((peer, tag, header.to_vec(), payload.to_vec()));
-        }
-    }
-    fn send_complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        self.sends.push((cookie, status));
-    }
-    fn rdma_complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        self.rdma.push((cookie, status));
-    }
-    fn peer_failed(&mut self, peer: Rank, error: PluginError) {
-        self.failed.push((peer, error));
-    }
-}
-
 /// Calls `progress` until `done` holds, yielding the processor when
 /// nothing happened (the job has more processes than cores).
 pub fn progress_until(
     module: &mut ShmTransport,
-    sink: &mut Sink,
+    sink: &mut Recorder,
     timeout: Duration,
-    mut done: impl FnMut(&Sink) -> bool,
+    mut done: impl FnMut(&Recorder) -> bool,
 ) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     while !done(sink) {
@@ -187,7 +112,7 @@ pub fn progress_until(
 pub struct Ctx {
     pub rank: u32,
     pub size: u32,
-    pub key: [u8; 32],
+    pub key: [u8; JOB_KEY_LEN],
     pub addresses: Vec<Vec<u8>>,
     pub module: ShmTransport,
     chan: UnixStream,
@@ -276,7 +201,7 @@ fn decode_list(mut bytes: &[u8]) -> Vec<Vec<u8>> {
 /// fails, crashes or runs out of time.
 pub fn run(job: Job<'_>, body: fn(&mut Ctx) -> Result<String, String>) -> Vec<String> {
     let _serial = FORK_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let key = random_key();
+    let key = fresh_job_key();
     let mut children: Vec<(libc::pid_t, UnixStream)> = Vec::new();
     for rank in 0..job.size {
         let mut fds = [0; 2];
@@ -430,18 +355,20 @@ fn serve(job: &Job<'_>, children: &mut [(libc::pid_t, UnixStream)]) -> Result<Ve
 fn child(
     rank: u32,
     job: &Job<'_>,
-    key: [u8; 32],
+    key: [u8; JOB_KEY_LEN],
     mut chan: UnixStream,
     body: fn(&mut Ctx) -> Result<String, String>,
 ) -> ! {
     // SAFETY: asks for SIGKILL when the parent dies; no memory involved.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let mut result_chan = chan.try_clone().expect("clone the parent channel");
+    let test_host = test_host(rank, job.size, key, job.params);
+    let logs = test_host.logs();
     let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<String, String> {
         if let Some(setup) = job.setup {
             setup(rank);
         }
-        let mut module = open(host(rank, job.size, key, job.params));
+        let mut module = open(test_host.into_host());
         let address = module.address().map_err(|e| e.to_string())?;
         write_frame(&mut chan, b'A', &address).map_err(|e| e.to_string())?;
         let (_, all) = read_frame(&mut chan).map_err(|e| e.to_string())?;
@@ -468,33 +395,21 @@ fn child(
                 .unwrap_or_else(|| "panic".into()),
         ),
     };
+    // A failure carries the module's warnings, which the test host keeps
+    // instead of printing.
+    let text = if kind == b'F' {
+        let logs = logs.lock().unwrap_or_else(|e| e.into_inner());
+        let warnings = logs.iter().filter(|(level, _)| *level <= LogLevel::Warn);
+        warnings.fold(text, |t, (level, line)| {
+            format!("{t}\n  [{level:?}] {line}")
+        })
+    } else {
+        text
+    };
     let _ = write_frame(&mut result_chan, kind, text.as_bytes());
     // SAFETY: leaves the child at once, without running the parent's
     // atexit handlers or unwinding into the test harness.
     unsafe { libc::_exit(0) }
-}
-
-/// The payload byte `i` of message `index` from `src` to `dst`.
-pub fn pattern(src: u32, dst: u32, index: u32, i: usize) -> u8 {
-    let x = (i as u32)
-        .wrapping_mul(2_654_435_761)
-        .wrapping_add(index.wrapping_mul(40_503))
-        ^ (src << 8 | dst << 16);
-    (x >> 13) as u8
-}
-
-/// Fills `buf` with message `index`'s pattern.
-pub fn fill(buf: &mut [u8], src: u32, dst: u32, index: u32) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pattern(src, dst, index, i);
-    }
-}
-
-/// Whether `buf` holds message `index`'s pattern.
-pub fn matches(buf: &[u8], src: u32, dst: u32, index: u32) -> bool {
-    buf.iter()
-        .enumerate()
-        .all(|(i, &b)| b == pattern(src, dst, index, i))
 }
 
 /// Maps `len` bytes of the file that process `pid` holds as descriptor
