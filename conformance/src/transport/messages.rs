@@ -431,8 +431,9 @@ pub(super) fn all_to_all<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, 
     Ok(Outcome::Passed)
 }
 
-/// Sends still pending when their peer is removed complete exactly once,
-/// later sends naming it fail, and the module reports no failure for it.
+/// Sends still pending when their peer is removed complete exactly once
+/// and with an error, later sends naming it fail, and the module reports
+/// no failure for it.
 pub(super) fn remove_peer<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
     let Some((from, to)) = job.pair() else {

@@ -19,7 +19,7 @@
 //! | `rdma` | `put`/`get` of 0 B to 4 MiB at odd offsets (with `PUT`/`GET`) |
 //! | `rdma_checks` | bad keys, ranges and rights fail the operation and touch nothing |
 //! | `in_place` | `send_in_place` delivers and completes once (with `SEND_IN_PLACE`) |
-//! | `remove_peer` | pending sends to a removed peer complete once, with an error |
+//! | `remove_peer` | pending sends to a removed peer complete once, with an error; later sends fail |
 //!
 //! A case the module does not offer the means for is *not applicable*, as
 //! the contract allows; that passes.
