@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::num::{IntErrorKind, ParseIntError};
 
 pub use fireopal_abi::param::{ParamSpec, ParamValue};
 
@@ -87,8 +88,8 @@ pub enum ParamError {
         value: String,
         /// Where it came from.
         source: Source,
-        /// What was expected.
-        reason: String,
+        /// What is wrong with it.
+        reason: ValueError,
     },
     /// A `--param` argument is not `name=value`.
     BadArgument(String),
@@ -118,7 +119,90 @@ impl fmt::Display for ParamError {
     }
 }
 
-impl std::error::Error for ParamError {}
+impl std::error::Error for ParamError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::BadValue { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// Why a text is not a value of a parameter's type, or not one that a
+/// check past the type accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    /// Not one of the boolean words.
+    NotABool,
+    /// Not a signed 64-bit integer.
+    NotAnInt(ParseIntError),
+    /// Not an unsigned 64-bit integer.
+    NotAnUnsigned(ParseIntError),
+    /// Not a byte count ([`parse_size`]).
+    NotASize,
+    /// Not a number of the heap-size syntax, which allows a fraction and
+    /// an exponent ([`parse_symmetric_size`](crate::memheap::parse_symmetric_size)).
+    NotANumber,
+    /// A size's suffix is not `k`, `m`, `g` or `t`.
+    BadSuffix(char),
+    /// More significant digits than a size is read with.
+    TooManyDigits,
+    /// The size does not fit in 64 bits.
+    TooLarge,
+    /// Not one of the words the parameter takes (listed).
+    NotOneOf(&'static [&'static str]),
+}
+
+impl fmt::Display for ValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let overflow = |e: &ParseIntError| {
+            matches!(
+                e.kind(),
+                IntErrorKind::PosOverflow | IntErrorKind::NegOverflow
+            )
+        };
+        match self {
+            Self::NotABool => f.write_str("expected true/false, yes/no, on/off or 1/0"),
+            Self::NotAnInt(e) if overflow(e) => {
+                f.write_str("expected a signed integer that fits in 64 bits")
+            }
+            Self::NotAnInt(_) => f.write_str("expected a signed integer"),
+            Self::NotAnUnsigned(e) if overflow(e) => {
+                f.write_str("expected an unsigned integer that fits in 64 bits")
+            }
+            Self::NotAnUnsigned(_) => f.write_str("expected an unsigned integer"),
+            Self::NotASize => f.write_str("expected a byte count such as 4096, 64k, 2m or 1g"),
+            Self::NotANumber => f.write_str(
+                "expected a non-negative number with an optional k, m, g or t suffix, such as \
+                 4096, 64k, 1.5g or 2e9",
+            ),
+            Self::BadSuffix(c) => write!(f, "unknown size suffix {c:?} (use k, m, g or t)"),
+            Self::TooManyDigits => f.write_str("too many digits"),
+            Self::TooLarge => f.write_str("size does not fit in 64 bits"),
+            Self::NotOneOf(words) => {
+                f.write_str("expected ")?;
+                for (i, w) in words.iter().enumerate() {
+                    match i {
+                        0 => {}
+                        _ if i + 1 == words.len() => f.write_str(" or ")?,
+                        _ => f.write_str(", ")?,
+                    }
+                    f.write_str(w)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ValueError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::NotAnInt(e) | Self::NotAnUnsigned(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Environment variable that sets parameter `name`.
 pub fn env_var_name(name: &str) -> String {
@@ -146,45 +230,45 @@ fn check_name(name: &str) -> bool {
 /// assert_eq!(fireopal::param::parse_size("64k"), Ok(65536));
 /// assert!(fireopal::param::parse_size("12q").is_err());
 /// ```
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, ValueError> {
     let t = text.trim();
     let (digits, shift) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_lowercase() {
-                'k' => 10,
-                'm' => 20,
-                'g' => 30,
-                't' => 40,
-                _ => return Err(format!("unknown size suffix {c:?} (use k, m, g or t)")),
-            };
-            (&t[..i], shift)
-        }
+        Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], suffix_shift(c)?),
         _ => (t, 0),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "expected a byte count such as 4096, 64k, 2m or 1g".to_owned())?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| "size does not fit in 64 bits".to_owned())
+    let n: u64 = digits.parse().map_err(|e: ParseIntError| match e.kind() {
+        IntErrorKind::PosOverflow => ValueError::TooLarge,
+        _ => ValueError::NotASize,
+    })?;
+    n.checked_mul(1u64 << shift).ok_or(ValueError::TooLarge)
+}
+
+/// The power of two a size suffix (`k`, `m`, `g`, `t`, either case) stands
+/// for.
+pub(crate) fn suffix_shift(c: char) -> Result<u32, ValueError> {
+    match c.to_ascii_lowercase() {
+        'k' => Ok(10),
+        'm' => Ok(20),
+        'g' => Ok(30),
+        't' => Ok(40),
+        _ => Err(ValueError::BadSuffix(c)),
+    }
 }
 
 /// Parses `text` as a value of the same type as `like`.
-pub fn parse_value(like: &ParamValue, text: &str) -> Result<ParamValue, String> {
+pub fn parse_value(like: &ParamValue, text: &str) -> Result<ParamValue, ValueError> {
     let t = text.trim();
     match like {
         ParamValue::Bool(_) => match t.to_ascii_lowercase().as_str() {
             "1" | "true" | "yes" | "on" => Ok(ParamValue::Bool(true)),
             "0" | "false" | "no" | "off" => Ok(ParamValue::Bool(false)),
-            _ => Err("expected true/false, yes/no, on/off or 1/0".to_owned()),
+            _ => Err(ValueError::NotABool),
         },
-        ParamValue::Int(_) => t
-            .parse()
-            .map(ParamValue::Int)
-            .map_err(|_| "expected a signed integer".to_owned()),
+        ParamValue::Int(_) => t.parse().map(ParamValue::Int).map_err(ValueError::NotAnInt),
         ParamValue::UInt(_) => t
             .parse()
             .map(ParamValue::UInt)
-            .map_err(|_| "expected an unsigned integer".to_owned()),
+            .map_err(ValueError::NotAnUnsigned),
         ParamValue::Size(_) => parse_size(t).map(ParamValue::Size),
         ParamValue::Str(_) => Ok(ParamValue::Str(text.into())),
     }
@@ -309,7 +393,7 @@ impl ParamStore {
     /// past its type (a text parameter with a syntax of its own): the
     /// parameter goes back to its default and keeps the error, which is
     /// returned. `None` when `name` is not registered or was not set.
-    pub fn reject(&mut self, name: &str, reason: impl Into<String>) -> Option<ParamError> {
+    pub fn reject(&mut self, name: &str, reason: ValueError) -> Option<ParamError> {
         let p = self.index.get(name).and_then(|&i| self.params.get_mut(i))?;
         if p.source == Source::Default {
             return None;
@@ -318,7 +402,7 @@ impl ParamStore {
             name: p.name.clone(),
             value: p.value.to_string(),
             source: std::mem::replace(&mut p.source, Source::Default),
-            reason: reason.into(),
+            reason,
         };
         p.value = p.default.clone();
         p.error = Some(error.clone());
@@ -545,19 +629,45 @@ mod tests {
             spec("btl_x_unset", ParamValue::Str("1".into())),
         )
         .unwrap();
-        assert_eq!(s.reject("btl_x_unset", "no"), None);
-        assert_eq!(s.reject("btl_x_nope", "no"), None);
-        let e = s.reject("btl_x_text", "not a size").unwrap();
+        assert_eq!(s.reject("btl_x_unset", ValueError::NotASize), None);
+        assert_eq!(s.reject("btl_x_nope", ValueError::NotASize), None);
+        let e = s.reject("btl_x_text", ValueError::BadSuffix('q')).unwrap();
         assert_eq!(
             e.to_string(),
             "parameter btl_x_text: invalid value \"12qq\" from the environment \
-             (FIREOPAL_BTL_X_TEXT=12qq): not a size"
+             (FIREOPAL_BTL_X_TEXT=12qq): unknown size suffix 'q' (use k, m, g or t)"
         );
         let p = s.get("btl_x_text").unwrap();
         assert_eq!(
             (&p.value, &p.source, p.error.as_ref()),
             (&ParamValue::Str("1".into()), &Source::Default, Some(&e))
         );
+    }
+
+    #[test]
+    fn value_errors_say_what_was_expected_and_keep_their_cause() {
+        use std::error::Error as _;
+        let int = parse_value(&ParamValue::Int(0), "x").unwrap_err();
+        assert_eq!(int.to_string(), "expected a signed integer");
+        assert!(int.source().is_some_and(|e| e.is::<ParseIntError>()));
+        let big = parse_value(&ParamValue::UInt(0), "99999999999999999999").unwrap_err();
+        assert_eq!(
+            big.to_string(),
+            "expected an unsigned integer that fits in 64 bits"
+        );
+        assert_eq!(
+            ValueError::NotOneOf(&["error", "warn", "info", "debug"]).to_string(),
+            "expected error, warn, info or debug"
+        );
+        assert_eq!(ValueError::NotOneOf(&["on"]).to_string(), "expected on");
+        let env = [("FIREOPAL_BTL_X_N".to_owned(), "many".to_owned())];
+        let mut s = ParamStore::with_environment(vec![], env);
+        let e = s
+            .register("btl x", "btl_x_", spec("btl_x_n", ParamValue::Int(1)))
+            .unwrap_err();
+        let reason = e.source().and_then(|r| r.downcast_ref::<ValueError>());
+        assert!(matches!(reason, Some(ValueError::NotAnInt(_))), "{e:?}");
+        assert!(reason.and_then(|r| r.source()).is_some());
     }
 
     #[test]
@@ -585,20 +695,31 @@ mod tests {
         assert_eq!(parse_size("2M"), Ok(2 << 20));
         assert_eq!(parse_size("1g"), Ok(1 << 30));
         assert_eq!(parse_size("3t"), Ok(3 << 40));
-        assert!(parse_size("").is_err());
-        assert!(parse_size("k").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("99999999999t").is_err());
+        assert_eq!(parse_size(""), Err(ValueError::NotASize));
+        assert_eq!(parse_size("k"), Err(ValueError::NotASize));
+        assert_eq!(parse_size("-1"), Err(ValueError::NotASize));
+        assert_eq!(parse_size("12q"), Err(ValueError::BadSuffix('q')));
+        assert_eq!(parse_size("99999999999t"), Err(ValueError::TooLarge));
+        assert_eq!(
+            parse_size("99999999999999999999"),
+            Err(ValueError::TooLarge)
+        );
         assert_eq!(
             parse_value(&ParamValue::Bool(false), "on"),
             Ok(ParamValue::Bool(true))
         );
-        assert!(parse_value(&ParamValue::Bool(false), "maybe").is_err());
+        assert_eq!(
+            parse_value(&ParamValue::Bool(false), "maybe"),
+            Err(ValueError::NotABool)
+        );
         assert_eq!(
             parse_value(&ParamValue::Int(0), "-5"),
             Ok(ParamValue::Int(-5))
         );
-        assert!(parse_value(&ParamValue::UInt(0), "-5").is_err());
+        assert!(matches!(
+            parse_value(&ParamValue::UInt(0), "-5"),
+            Err(ValueError::NotAnUnsigned(_))
+        ));
         assert_eq!(
             parse_assignment("btl=shm,tcp"),
             Ok(("btl".into(), "shm,tcp".into()))

@@ -114,7 +114,7 @@ pub(crate) const MIN_CHUNK_CAP: usize = 16;
 
 /// Why a stored value cannot be read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Corrupt {
+pub enum CorruptValue {
     /// The first chunk has no `<length>x` header.
     NoHeader,
     /// The header's length is over [`MAX_VALUE_LEN`].
@@ -125,21 +125,37 @@ pub(crate) enum Corrupt {
     Overlong,
     /// A chunk is empty, so the value could never complete.
     EmptyChunk,
+    /// The chunk of this number, which the header's length needs, is not
+    /// in the store.
+    MissingChunk(usize),
+    /// The value has another length than its key's values have.
+    WrongLength {
+        /// Its length.
+        len: usize,
+        /// The length expected.
+        expected: usize,
+    },
 }
 
-impl fmt::Display for Corrupt {
+impl fmt::Display for CorruptValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Corrupt::NoHeader => f.write_str("first chunk has no <length>x header"),
-            Corrupt::TooLong(n) => {
+            CorruptValue::NoHeader => f.write_str("first chunk has no <length>x header"),
+            CorruptValue::TooLong(n) => {
                 write!(f, "announced length {n} is over the limit {MAX_VALUE_LEN}")
             }
-            Corrupt::NotHex => f.write_str("chunk is not hex"),
-            Corrupt::Overlong => f.write_str("chunks hold more data than announced"),
-            Corrupt::EmptyChunk => f.write_str("empty continuation chunk"),
+            CorruptValue::NotHex => f.write_str("chunk is not hex"),
+            CorruptValue::Overlong => f.write_str("chunks hold more data than announced"),
+            CorruptValue::EmptyChunk => f.write_str("empty continuation chunk"),
+            CorruptValue::MissingChunk(n) => write!(f, "chunk {n} is missing"),
+            CorruptValue::WrongLength { len, expected } => {
+                write!(f, "{len} bytes, expected {expected}")
+            }
         }
     }
 }
+
+impl std::error::Error for CorruptValue {}
 
 /// Reassembles a value from its chunks, checking each one.
 #[derive(Debug)]
@@ -150,14 +166,14 @@ pub(crate) struct Assembler {
 
 impl Assembler {
     /// Starts from the text of chunk 0.
-    pub(crate) fn start(first: &str) -> Result<Assembler, Corrupt> {
-        let (len, hex) = first.split_once('x').ok_or(Corrupt::NoHeader)?;
+    pub(crate) fn start(first: &str) -> Result<Assembler, CorruptValue> {
+        let (len, hex) = first.split_once('x').ok_or(CorruptValue::NoHeader)?;
         if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(Corrupt::NoHeader);
+            return Err(CorruptValue::NoHeader);
         }
-        let len: usize = len.parse().map_err(|_| Corrupt::NoHeader)?;
+        let len: usize = len.parse().map_err(|_| CorruptValue::NoHeader)?;
         if len > MAX_VALUE_LEN {
-            return Err(Corrupt::TooLong(len));
+            return Err(CorruptValue::TooLong(len));
         }
         let mut asm = Assembler {
             len,
@@ -173,17 +189,17 @@ impl Assembler {
     }
 
     /// Adds the text of the next chunk.
-    pub(crate) fn push(&mut self, chunk: &str) -> Result<(), Corrupt> {
+    pub(crate) fn push(&mut self, chunk: &str) -> Result<(), CorruptValue> {
         if chunk.is_empty() {
-            return Err(Corrupt::EmptyChunk);
+            return Err(CorruptValue::EmptyChunk);
         }
         self.push_hex(chunk)
     }
 
-    fn push_hex(&mut self, hex: &str) -> Result<(), Corrupt> {
-        let bytes = hex_decode(hex).ok_or(Corrupt::NotHex)?;
+    fn push_hex(&mut self, hex: &str) -> Result<(), CorruptValue> {
+        let bytes = hex_decode(hex).ok_or(CorruptValue::NotHex)?;
         if self.bytes.len() + bytes.len() > self.len {
-            return Err(Corrupt::Overlong);
+            return Err(CorruptValue::Overlong);
         }
         self.bytes.extend_from_slice(&bytes);
         Ok(())
@@ -199,12 +215,12 @@ impl Assembler {
 mod tests {
     use super::*;
 
-    fn reassemble(chunks: &[String]) -> Result<Vec<u8>, Corrupt> {
-        let (first, rest) = chunks.split_first().ok_or(Corrupt::NoHeader)?;
+    fn reassemble(chunks: &[String]) -> Result<Vec<u8>, CorruptValue> {
+        let (first, rest) = chunks.split_first().ok_or(CorruptValue::NoHeader)?;
         let mut asm = Assembler::start(first)?;
         let mut rest = rest.iter();
         while asm.needs_more() {
-            asm.push(rest.next().ok_or(Corrupt::EmptyChunk)?)?;
+            asm.push(rest.next().ok_or(CorruptValue::EmptyChunk)?)?;
         }
         Ok(asm.finish())
     }
@@ -253,21 +269,33 @@ mod tests {
 
     #[test]
     fn corrupt_values_are_errors() {
-        assert_eq!(reassemble(&["0011".into()]).unwrap_err(), Corrupt::NoHeader);
-        assert_eq!(reassemble(&["x00".into()]).unwrap_err(), Corrupt::NoHeader);
-        assert_eq!(reassemble(&["-1x".into()]).unwrap_err(), Corrupt::NoHeader);
+        assert_eq!(
+            reassemble(&["0011".into()]).unwrap_err(),
+            CorruptValue::NoHeader
+        );
+        assert_eq!(
+            reassemble(&["x00".into()]).unwrap_err(),
+            CorruptValue::NoHeader
+        );
+        assert_eq!(
+            reassemble(&["-1x".into()]).unwrap_err(),
+            CorruptValue::NoHeader
+        );
         assert_eq!(
             reassemble(&["99999999999x".into()]).unwrap_err(),
-            Corrupt::TooLong(99_999_999_999)
+            CorruptValue::TooLong(99_999_999_999)
         );
-        assert_eq!(reassemble(&["1xzz".into()]).unwrap_err(), Corrupt::NotHex);
+        assert_eq!(
+            reassemble(&["1xzz".into()]).unwrap_err(),
+            CorruptValue::NotHex
+        );
         assert_eq!(
             reassemble(&["1x0011".into()]).unwrap_err(),
-            Corrupt::Overlong
+            CorruptValue::Overlong
         );
         assert_eq!(
             reassemble(&["2x00".into(), "".into()]).unwrap_err(),
-            Corrupt::EmptyChunk
+            CorruptValue::EmptyChunk
         );
     }
 

@@ -51,8 +51,10 @@ mod server;
 mod sys;
 mod wire;
 
+pub use codec::CorruptValue;
 use codec::Space;
 use pmi::PmiClient;
+pub use wire::Malformed;
 
 /// Longest user key, in bytes. Keys are `[A-Za-z0-9_-]`.
 pub const MAX_KEY_LEN: usize = 32;
@@ -173,7 +175,7 @@ pub enum WireError {
         /// The command in flight.
         during: &'static str,
         /// What is wrong with it.
-        reason: String,
+        reason: Malformed,
     },
     /// A reply answers a different command.
     Unexpected {
@@ -233,6 +235,7 @@ impl std::error::Error for WireError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             WireError::Io { source, .. } => Some(source),
+            WireError::Malformed { reason, .. } => Some(reason),
             _ => None,
         }
     }
@@ -264,6 +267,45 @@ pub enum InitError {
     System(io::Error),
     /// Rank 0's job key or a node identity could not be read back.
     Exchange(GetError),
+    /// This rank's node identity or job key could not be published.
+    Publish(PutError),
+    /// The descriptor in `PMI_FD` is not a socket this process can take.
+    Socket {
+        /// The descriptor.
+        fd: i32,
+        /// What is wrong with it.
+        error: SocketError,
+    },
+}
+
+/// Why the launcher's socket cannot be used.
+#[derive(Debug)]
+pub enum SocketError {
+    /// The descriptor is negative.
+    Negative,
+    /// The descriptor is open but not a socket.
+    NotASocket,
+    /// A system call on it failed (for one, it is not open).
+    Os(io::Error),
+}
+
+impl fmt::Display for SocketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SocketError::Negative => f.write_str("negative descriptor"),
+            SocketError::NotASocket => f.write_str("not a socket"),
+            SocketError::Os(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SocketError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SocketError::Os(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for InitError {
@@ -286,6 +328,10 @@ impl fmt::Display for InitError {
             ),
             InitError::System(e) => write!(f, "bootstrap init: {e}"),
             InitError::Exchange(e) => write!(f, "bootstrap init exchange: {e}"),
+            InitError::Publish(e) => write!(f, "bootstrap init exchange: {e}"),
+            InitError::Socket { fd, error } => {
+                write!(f, "launcher variable PMI_FD: descriptor {fd}: {error}")
+            }
         }
     }
 }
@@ -296,6 +342,8 @@ impl std::error::Error for InitError {
             InitError::Wire(e) => Some(e),
             InitError::System(e) => Some(e),
             InitError::Exchange(e) => Some(e),
+            InitError::Publish(e) => Some(e),
+            InitError::Socket { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -366,7 +414,7 @@ pub enum GetError {
         /// The key asked for.
         key: String,
         /// What is wrong.
-        reason: String,
+        reason: CorruptValue,
     },
     /// Talking to the launcher failed.
     Wire(WireError),
@@ -398,6 +446,7 @@ impl std::error::Error for GetError {
         match self {
             GetError::Key(e) => Some(e),
             GetError::Wire(e) => Some(e),
+            GetError::Corrupt { reason, .. } => Some(reason),
             _ => None,
         }
     }
@@ -487,10 +536,7 @@ impl Bootstrap {
             Some(env) => {
                 let stream = sys::take_inherited_socket(env.fd).map_err(|e| match e {
                     sys::TakeError::AlreadyTaken => InitError::AlreadyInitialized,
-                    sys::TakeError::Io(reason) => InitError::Env {
-                        var: "PMI_FD",
-                        reason: format!("descriptor {}: {reason}", env.fd),
-                    },
+                    sys::TakeError::Unusable(error) => InitError::Socket { fd: env.fd, error },
                 })?;
                 Bootstrap::over_pmi(stream, env.rank, env.size)
             }
@@ -535,11 +581,7 @@ impl Bootstrap {
         })?;
         let wire = |e: PutError| match e {
             PutError::Wire(w) => InitError::Wire(w),
-            other => InitError::Exchange(GetError::Corrupt {
-                rank,
-                key: "init".into(),
-                reason: other.to_string(),
-            }),
+            other => InitError::Publish(other),
         };
         let node = node_identity().map_err(InitError::System)?;
         pmi_put(&mut client, Space::Internal, rank, "node", node.as_bytes()).map_err(wire)?;
@@ -560,7 +602,10 @@ impl Bootstrap {
                     InitError::Exchange(GetError::Corrupt {
                         rank: 0,
                         key: "jobkey".into(),
-                        reason: format!("{} bytes, expected {}", b.len(), JobKey::LEN),
+                        reason: CorruptValue::WrongLength {
+                            len: b.len(),
+                            expected: JobKey::LEN,
+                        },
                     })
                 })?;
                 JobKey::from_bytes(bytes)
@@ -756,7 +801,7 @@ fn pmi_get(
     rank: u32,
     key: &str,
 ) -> Result<Vec<u8>, GetError> {
-    let corrupt = |reason: String| GetError::Corrupt {
+    let corrupt = |reason: CorruptValue| GetError::Corrupt {
         rank,
         key: key.to_owned(),
         reason,
@@ -768,14 +813,14 @@ fn pmi_get(
             rank,
             key: key.to_owned(),
         })?;
-    let mut asm = codec::Assembler::start(&first).map_err(|e| corrupt(e.to_string()))?;
+    let mut asm = codec::Assembler::start(&first).map_err(corrupt)?;
     let mut chunk = 1;
     while asm.needs_more() {
         let text = client
             .get(&codec::store_key(space, rank, key, chunk))
             .map_err(GetError::Wire)?
-            .ok_or_else(|| corrupt(format!("chunk {chunk} is missing")))?;
-        asm.push(&text).map_err(|e| corrupt(e.to_string()))?;
+            .ok_or_else(|| corrupt(CorruptValue::MissingChunk(chunk)))?;
+        asm.push(&text).map_err(corrupt)?;
         chunk += 1;
     }
     Ok(asm.finish())

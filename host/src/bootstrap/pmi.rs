@@ -57,7 +57,7 @@ impl PmiClient {
         if version != 1 {
             return Err(w(WireError::Malformed {
                 during: "init",
-                reason: format!("server speaks PMI version {version}, not 1"),
+                reason: wire::Malformed::Version(version),
             }));
         }
 
@@ -105,7 +105,7 @@ impl PmiClient {
         if !wire::is_wire_safe(kvsname) {
             return Err(w(WireError::Malformed {
                 during: "get_my_kvsname",
-                reason: format!("kvsname {kvsname:?} cannot be sent back"),
+                reason: wire::Malformed::Kvsname(kvsname.to_owned()),
             }));
         }
         client.kvsname = kvsname.to_owned();
@@ -133,11 +133,10 @@ impl PmiClient {
         if key.len() >= self.keylen_max || value.len() > self.value_cap() {
             return Err(WireError::Malformed {
                 during: "put",
-                reason: format!(
-                    "key of {} or value of {} bytes over the server's limits",
-                    key.len(),
-                    value.len()
-                ),
+                reason: wire::Malformed::OverLimits {
+                    key: key.len(),
+                    value: value.len(),
+                },
             });
         }
         let kvsname = self.kvsname.clone();
@@ -211,7 +210,7 @@ impl PmiClient {
             if self.pending.len() > wire::MAX_LINE {
                 return Err(WireError::Malformed {
                     during,
-                    reason: format!("reply longer than {} bytes", wire::MAX_LINE),
+                    reason: wire::Malformed::TooLong,
                 });
             }
             match self.stream.read(&mut chunk) {
@@ -241,7 +240,7 @@ fn io_error(during: &'static str, source: std::io::Error) -> WireError {
 fn malformed(during: &'static str, e: &wire::Malformed) -> WireError {
     WireError::Malformed {
         during,
-        reason: e.to_string(),
+        reason: e.clone(),
     }
 }
 

@@ -17,7 +17,7 @@ pub(crate) enum TakeError {
     /// An earlier `init` in this process already owns it.
     AlreadyTaken,
     /// The descriptor is not open, or not a socket.
-    Io(String),
+    Unusable(super::SocketError),
 }
 
 static SOCKET_TAKEN: AtomicBool = AtomicBool::new(false);
@@ -27,24 +27,28 @@ static SOCKET_TAKEN: AtomicBool = AtomicBool::new(false);
 /// inherit the job's connection.
 pub(crate) fn take_inherited_socket(fd: RawFd) -> Result<UnixStream, TakeError> {
     if fd < 0 {
-        return Err(TakeError::Io("negative descriptor".into()));
+        return Err(TakeError::Unusable(super::SocketError::Negative));
     }
     // SAFETY: fstat only writes into the zeroed stat buffer we pass.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid, writable stat buffer; a bad fd is an error
     // return, not undefined behaviour.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(TakeError::Io(io::Error::last_os_error().to_string()));
+        return Err(TakeError::Unusable(super::SocketError::Os(
+            io::Error::last_os_error(),
+        )));
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-        return Err(TakeError::Io("not a socket".into()));
+        return Err(TakeError::Unusable(super::SocketError::NotASocket));
     }
     if SOCKET_TAKEN.swap(true, Ordering::SeqCst) {
         return Err(TakeError::AlreadyTaken);
     }
     // SAFETY: F_SETFD on an open descriptor only changes its flags.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
-        return Err(TakeError::Io(io::Error::last_os_error().to_string()));
+        return Err(TakeError::Unusable(super::SocketError::Os(
+            io::Error::last_os_error(),
+        )));
     }
     // SAFETY: the descriptor is open (fstat succeeded), is a socket, and the
     // launcher left it for this process; SOCKET_TAKEN makes this the only

@@ -152,6 +152,16 @@ fn malformed_reply_is_an_error() {
         s.send("cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n");
     });
     assert!(err.to_string().contains("PMI version 2"), "{err}");
+    assert!(
+        matches!(
+            err,
+            InitError::Wire(WireError::Malformed {
+                reason: Malformed::Version(2),
+                ..
+            })
+        ),
+        "{err:?}"
+    );
 
     let err = init_error(|s| {
         s.expect("cmd=init");
@@ -272,10 +282,42 @@ fn bad_replies_to_get_and_put_are_errors() {
     assert!(err.to_string().contains("duplicate_key"), "{err}");
     let err = boot.get(0, "a").unwrap_err();
     assert!(err.to_string().contains("field value is missing"), "{err}");
+    assert!(
+        matches!(
+            err,
+            GetError::Wire(WireError::Malformed {
+                during: "get",
+                reason: Malformed::MissingField("value"),
+            })
+        ),
+        "{err:?}"
+    );
     let err = boot.get(0, "a").unwrap_err();
-    assert!(matches!(err, GetError::Corrupt { rank: 0, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            GetError::Corrupt {
+                rank: 0,
+                reason: CorruptValue::NoHeader,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let err = boot.get(0, "a").unwrap_err();
     assert!(err.to_string().contains("chunk 1 is missing"), "{err}");
+    assert!(
+        matches!(
+            err,
+            GetError::Corrupt {
+                reason: CorruptValue::MissingChunk(1),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let chain = std::error::Error::source(&err);
+    assert!(chain.is_some_and(|e| e.is::<CorruptValue>()), "{err:?}");
     let err = boot.get(0, "a").unwrap_err();
     assert!(matches!(err, GetError::NotFound { rank: 0, .. }), "{err:?}");
     let err = boot.fence().unwrap_err();

@@ -18,9 +18,9 @@ pub(crate) struct Message {
     pub(crate) fields: Vec<(String, String)>,
 }
 
-/// Why a line is not a PMI-1 message.
+/// Why a PMI-1 line, or what it says, cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Malformed {
+pub enum Malformed {
     /// The line is empty or only spaces.
     Empty,
     /// The line is not UTF-8.
@@ -33,6 +33,20 @@ pub(crate) enum Malformed {
     MissingField(&'static str),
     /// A field the caller needs is not an integer.
     NotInteger(&'static str),
+    /// No line end within 64 KiB.
+    TooLong,
+    /// The server speaks another PMI version than 1.
+    Version(i64),
+    /// The server's key-value space name holds characters that cannot be
+    /// sent back on a line.
+    Kvsname(String),
+    /// A key or value (lengths in bytes) is over the server's limits.
+    OverLimits {
+        /// The key's length.
+        key: usize,
+        /// The value's length.
+        value: usize,
+    },
 }
 
 impl fmt::Display for Malformed {
@@ -44,9 +58,18 @@ impl fmt::Display for Malformed {
             Malformed::EmptyFieldName => f.write_str("field with an empty name"),
             Malformed::MissingField(name) => write!(f, "field {name} is missing"),
             Malformed::NotInteger(name) => write!(f, "field {name} is not an integer"),
+            Malformed::TooLong => write!(f, "reply longer than {MAX_LINE} bytes"),
+            Malformed::Version(v) => write!(f, "server speaks PMI version {v}, not 1"),
+            Malformed::Kvsname(name) => write!(f, "kvsname {name:?} cannot be sent back"),
+            Malformed::OverLimits { key, value } => write!(
+                f,
+                "key of {key} or value of {value} bytes over the server's limits"
+            ),
         }
     }
 }
+
+impl std::error::Error for Malformed {}
 
 impl Message {
     /// Parses one line (without its `\n`; a trailing `\r` is ignored).

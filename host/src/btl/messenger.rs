@@ -1,7 +1,8 @@
 //! [`Messenger`]: module setup, routes and the active-message API;
 //! registrations and one-sided operations (`rdma`), transfer buffers
-//! (`transfer`), registered segments (`segments`), and components and
-//! modules that fail (`failover`) live in the submodules.
+//! (`transfer`), registered segments (`segments`), components and
+//! modules that fail (`failover`), peers that fail (`failure`) and the
+//! errors of setup (`init_error`) live in the submodules.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -64,55 +65,6 @@ pub enum SendTicket {
     Pending(SendId),
 }
 
-/// Why the framework could not start.
-#[derive(Debug)]
-pub enum InitError {
-    /// A selected component failed to open.
-    Open(crate::plugin::OpenError),
-    /// A module failed a setup call.
-    Module {
-        /// Component name.
-        component: String,
-        /// What it said.
-        error: PluginError,
-    },
-    /// The directory could not be published or read.
-    Bootstrap(String),
-    /// A peer's directory did not parse.
-    BadDirectory {
-        /// The peer.
-        peer: Rank,
-        /// Why.
-        reason: String,
-    },
-}
-
-impl fmt::Display for InitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Open(e) => write!(f, "opening transports: {e}"),
-            Self::Module { component, error } => write!(f, "btl {component}: {error}"),
-            Self::Bootstrap(e) => write!(f, "exchanging transport addresses: {e}"),
-            Self::BadDirectory { peer, reason } => {
-                write!(
-                    f,
-                    "rank {peer} published a malformed address directory: {reason}"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for InitError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Open(e) => Some(e),
-            Self::Module { error, .. } => Some(error),
-            _ => None,
-        }
-    }
-}
-
 /// Why a send failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendError {
@@ -125,7 +77,7 @@ pub enum SendError {
         /// The peer.
         peer: Rank,
         /// Why.
-        reason: String,
+        failure: PeerFailure,
     },
     /// Tags from [`FIRST_RESERVED_TAG`] are the framework's.
     ReservedTag(u8),
@@ -152,7 +104,7 @@ impl fmt::Display for SendError {
         match self {
             Self::NoSuchPeer(p) => write!(f, "no rank {p} in this job"),
             Self::Unreachable(p) => write!(f, "no transport reaches rank {p}"),
-            Self::PeerFailed { peer, reason } => write!(f, "rank {peer} failed: {reason}"),
+            Self::PeerFailed { peer, failure } => write!(f, "rank {peer} failed: {failure}"),
             Self::ReservedTag(t) => write!(f, "tag {t:#x} is reserved for the framework"),
             Self::HeaderTooLong { len, max } => {
                 write!(f, "header of {len} bytes exceeds the limit of {max}")
@@ -169,6 +121,7 @@ impl std::error::Error for SendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Module(e) | Self::Closed { error: e, .. } => Some(e),
+            Self::PeerFailed { failure, .. } => Some(failure),
             _ => None,
         }
     }
@@ -237,7 +190,7 @@ struct Route {
     modules: Vec<usize>,
     /// All modules reaching it, best first (for reports).
     candidates: Vec<usize>,
-    failed: Option<String>,
+    failed: Option<PeerFailure>,
 }
 
 /// A send split into several module operations.
@@ -260,7 +213,7 @@ pub struct Messenger {
     cookies: HashMap<u64, (SendId, usize), IdHash>,
     outstanding: HashMap<SendId, Outstanding, IdHash>,
     completions: Vec<(SendId, Result<(), SendError>)>,
-    failures: Vec<(Rank, String)>,
+    failures: Vec<(Rank, PeerFailure)>,
     reassembly: HashMap<(usize, Rank), Reassembly>,
     polls: u64,
     /// Transfer buffers handed out and not freed: (module, id).
@@ -304,12 +257,11 @@ impl Messenger {
                 address: a,
             })
             .collect();
-        let directory =
-            encode_directory(&entries).map_err(|e| InitError::Bootstrap(e.to_string()))?;
+        let directory = encode_directory(&entries).map_err(InitError::Directory)?;
         boot.put(DIRECTORY_KEY, &directory)
-            .map_err(|e| InitError::Bootstrap(e.to_string()))?;
+            .map_err(|e| InitError::Bootstrap(ExchangeError::Put(e)))?;
         boot.fence()
-            .map_err(|e| InitError::Bootstrap(e.to_string()))?;
+            .map_err(|e| InitError::Bootstrap(ExchangeError::Fence(e)))?;
 
         // For every local module, the address each peer published for the
         // same (component, index).
@@ -318,11 +270,9 @@ impl Messenger {
         for peer in 0..size {
             let bytes = boot
                 .get(peer, DIRECTORY_KEY)
-                .map_err(|e| InitError::Bootstrap(e.to_string()))?;
-            let dir = decode_directory(&bytes).map_err(|e| InitError::BadDirectory {
-                peer,
-                reason: e.to_string(),
-            })?;
+                .map_err(|error| InitError::Bootstrap(ExchangeError::Get { peer, error }))?;
+            let dir = decode_directory(&bytes)
+                .map_err(|error| InitError::BadDirectory { peer, error })?;
             if peer == 0 {
                 rank0_components.extend(dir.iter().map(|e| e.component.to_owned()));
             }
@@ -502,10 +452,10 @@ impl Messenger {
             .routes
             .get(peer as usize)
             .ok_or(SendError::NoSuchPeer(peer))?;
-        if let Some(reason) = &route.failed {
+        if let Some(failure) = &route.failed {
             return Err(SendError::PeerFailed {
                 peer,
-                reason: reason.clone(),
+                failure: failure.clone(),
             });
         }
         route
@@ -712,9 +662,9 @@ impl Messenger {
                 }
                 Err(e) => {
                     // The peer now holds a partial message; it is unusable.
-                    let reason = format!("fragmented send failed midway: {e}");
                     if let Some(r) = self.routes.get_mut(peer as usize) {
-                        r.failed.get_or_insert(reason);
+                        r.failed
+                            .get_or_insert_with(|| PeerFailure::FragmentedSend(e.clone()));
                     }
                     result = Err(SendError::Module(e));
                     break;
@@ -809,14 +759,14 @@ impl Messenger {
         self.outstanding.len()
     }
 
-    /// Peers reported failed since the last call, with the reason.
-    pub fn take_failures(&mut self) -> Vec<(Rank, String)> {
+    /// Peers reported failed since the last call, each with why, once.
+    pub fn take_failures(&mut self) -> Vec<(Rank, PeerFailure)> {
         std::mem::take(&mut self.failures)
     }
 
-    /// Whether `peer` failed.
-    pub fn peer_failed(&self, peer: Rank) -> Option<&str> {
-        self.routes.get(peer as usize)?.failed.as_deref()
+    /// Why `peer` failed, if it did.
+    pub fn peer_failed(&self, peer: Rank) -> Option<&PeerFailure> {
+        self.routes.get(peer as usize)?.failed.as_ref()
     }
 }
 
@@ -828,7 +778,7 @@ struct Sink<'a> {
     cookies: &'a mut HashMap<u64, (SendId, usize), IdHash>,
     outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
     completions: &'a mut Vec<(SendId, Result<(), SendError>)>,
-    failures: &'a mut Vec<(Rank, String)>,
+    failures: &'a mut Vec<(Rank, PeerFailure)>,
     routes: &'a mut Vec<Route>,
     panic: Option<Box<dyn std::any::Any + Send>>,
 }
@@ -876,11 +826,11 @@ impl Sink<'_> {
         }
     }
 
-    fn fail_peer(&mut self, peer: Rank, reason: String) {
+    fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
         if let Some(r) = self.routes.get_mut(peer as usize) {
             if r.failed.is_none() {
-                r.failed = Some(reason.clone());
-                self.failures.push((peer, reason));
+                r.failed = Some(failure.clone());
+                self.failures.push((peer, failure));
             }
         }
     }
@@ -925,7 +875,7 @@ impl BtlEventSink for Sink<'_> {
             }
             Err(e) => {
                 self.reassembly.remove(&key);
-                self.fail_peer(peer, format!("protocol error from rank {peer}: {e}"));
+                self.fail_peer(peer, PeerFailure::Fragments(e));
             }
         }
     }
@@ -939,15 +889,19 @@ impl BtlEventSink for Sink<'_> {
     }
 
     fn peer_failed(&mut self, peer: Rank, error: PluginError) {
-        self.fail_peer(peer, error.to_string());
+        self.fail_peer(peer, PeerFailure::Transport(error));
     }
 }
 
 mod failover;
+mod failure;
+mod init_error;
 mod rdma;
 mod segments;
 mod transfer;
 
+pub use failure::{FailureKind, PeerFailure};
+pub use init_error::{ExchangeError, InitError};
 pub use rdma::MemoryHandle;
 pub use segments::SegmentHandle;
 pub use transfer::TransferBufferHandle;

@@ -32,6 +32,7 @@ mod messenger;
 pub mod self_btl;
 
 pub use messenger::{
-    Incoming, InitError, MemoryHandle, Messenger, ProgressError, RouteInfo, SegmentHandle,
-    SendError, SendId, SendTicket, TransferBufferHandle, FIRST_RESERVED_TAG,
+    ExchangeError, FailureKind, Incoming, InitError, MemoryHandle, Messenger, PeerFailure,
+    ProgressError, RouteInfo, SegmentHandle, SendError, SendId, SendTicket, TransferBufferHandle,
+    FIRST_RESERVED_TAG,
 };

@@ -133,7 +133,7 @@ impl std::error::Error for InitError {
             Self::Size(e) => Some(e),
             Self::Map(e) => Some(e),
             Self::Open(e) => Some(e),
-            Self::Module { .. } => None,
+            Self::Module { error, .. } => Some(error),
         }
     }
 }
@@ -156,7 +156,14 @@ impl fmt::Display for FreeError {
     }
 }
 
-impl std::error::Error for FreeError {}
+impl std::error::Error for FreeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::NotAllocated(e) => Some(e),
+            Self::OutsideHeap => None,
+        }
+    }
+}
 
 /// Why [`SymmetricHeap::try_align`] returned no memory; the heap is
 /// unchanged.
@@ -195,7 +202,14 @@ impl fmt::Display for AllocError {
     }
 }
 
-impl std::error::Error for AllocError {}
+impl std::error::Error for AllocError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Module(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// The symmetric heap of this process. See the [module documentation](self)
 /// for the collective rules.

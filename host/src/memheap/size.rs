@@ -5,7 +5,7 @@ use std::fmt;
 
 use fireopal_abi::param::{ParamSpec, ParamValue};
 
-use crate::param::{ParamError, ParamStore, Source, ENV_PREFIX};
+use crate::param::{suffix_shift, ParamError, ParamStore, Source, ValueError, ENV_PREFIX};
 
 /// Name of the host parameter (`--param symmetric_size=`,
 /// `FIREOPAL_SYMMETRIC_SIZE`).
@@ -42,26 +42,13 @@ pub fn symmetric_size_spec() -> ParamSpec {
 /// assert_eq!(parse_symmetric_size("2e3"), Ok(2000));
 /// assert!(parse_symmetric_size("-1m").is_err());
 /// ```
-pub fn parse_symmetric_size(text: &str) -> Result<u64, String> {
+pub fn parse_symmetric_size(text: &str) -> Result<u64, ValueError> {
     let t = text.trim();
     let (number, shift) = match t.chars().last() {
-        Some(c) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_lowercase() {
-                'k' => 10,
-                'm' => 20,
-                'g' => 30,
-                't' => 40,
-                _ => return Err(format!("unknown size suffix {c:?} (use k, m, g or t)")),
-            };
-            (t.strip_suffix(c).unwrap_or(t), shift)
-        }
+        Some(c) if c.is_ascii_alphabetic() => (t.strip_suffix(c).unwrap_or(t), suffix_shift(c)?),
         _ => (t, 0u32),
     };
-    let expected = || {
-        "expected a non-negative number with an optional k, m, g or t suffix, such as 4096, \
-         64k, 1.5g or 2e9"
-            .to_owned()
-    };
+    let expected = || ValueError::NotANumber;
     let (mantissa, exponent) = match number.split_once(['e', 'E']) {
         Some((m, e)) => (m, Some(e)),
         None => (number, None),
@@ -88,7 +75,7 @@ pub fn parse_symmetric_size(text: &str) -> Result<u64, String> {
     let digits = format!("{whole}{fraction}");
     let digits = digits.trim_start_matches('0');
     if digits.len() > 38 {
-        return Err("too many digits".to_owned());
+        return Err(ValueError::TooManyDigits);
     }
     let mut value: u128 = if digits.is_empty() {
         0
@@ -96,7 +83,7 @@ pub fn parse_symmetric_size(text: &str) -> Result<u64, String> {
         digits.parse().map_err(|_| expected())?
     };
     exp10 -= fraction.len() as i64;
-    let too_large = || "size does not fit in 64 bits".to_owned();
+    let too_large = || ValueError::TooLarge;
     value = value.checked_mul(1u128 << shift).ok_or_else(too_large)?;
     if value != 0 {
         if exp10 >= 0 {
@@ -149,7 +136,7 @@ pub enum SizeError {
         /// The text found.
         value: String,
         /// What is wrong with it.
-        reason: String,
+        reason: ValueError,
     },
 }
 
@@ -166,7 +153,14 @@ impl fmt::Display for SizeError {
     }
 }
 
-impl std::error::Error for SizeError {}
+impl std::error::Error for SizeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Param(e) => Some(e),
+            Self::ShmemVariable { reason, .. } => Some(reason),
+        }
+    }
+}
 
 /// The decided heap size and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,7 +283,13 @@ mod tests {
         for text in bad {
             assert!(parse_symmetric_size(text).is_err(), "{text:?} accepted");
         }
-        assert!(parse_symmetric_size("1q").unwrap_err().contains("suffix"));
+        assert_eq!(parse_symmetric_size("1q"), Err(ValueError::BadSuffix('q')));
+        assert_eq!(parse_symmetric_size("1.2.3"), Err(ValueError::NotANumber));
+        assert_eq!(parse_symmetric_size("1e30"), Err(ValueError::TooLarge));
+        assert_eq!(
+            parse_symmetric_size(&"1".repeat(39)),
+            Err(ValueError::TooManyDigits)
+        );
     }
 
     fn opts(env: &[(&str, &str)], cli: &[(&str, &str)]) -> Options {
@@ -386,6 +386,26 @@ mod tests {
         assert!(
             e.contains("SHMEM_SYMMETRIC_SIZE") && e.contains("\"big\""),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn size_errors_keep_the_value_error_as_their_source() {
+        use std::error::Error as _;
+        let shmem =
+            resolve_symmetric_size(&opts(&[("SHMEM_SYMMETRIC_SIZE", "1x")], &[])).unwrap_err();
+        assert!(matches!(
+            shmem.source().and_then(|e| e.downcast_ref::<ValueError>()),
+            Some(ValueError::BadSuffix('x'))
+        ));
+        let ours = resolve_symmetric_size(&opts(&[], &[("symmetric_size", "-5")])).unwrap_err();
+        let param = ours.source().and_then(|e| e.downcast_ref::<ParamError>());
+        assert!(matches!(param, Some(ParamError::BadValue { .. })), "{ours}");
+        assert_eq!(
+            param
+                .and_then(|e| e.source())
+                .and_then(|e| e.downcast_ref::<ValueError>()),
+            Some(&ValueError::NotANumber)
         );
     }
 }

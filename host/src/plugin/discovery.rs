@@ -258,7 +258,41 @@ pub struct FilterError {
     /// The list as given.
     pub value: String,
     /// What is wrong with it.
-    pub reason: String,
+    pub reason: FilterReason,
+}
+
+/// What is wrong with an include/exclude list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilterReason {
+    /// A `^` other than the list's first character.
+    MixedList,
+    /// A listed name is not a valid component name.
+    BadName {
+        /// The name as listed.
+        name: String,
+        /// Why it is not valid.
+        error: NameError,
+    },
+}
+
+impl fmt::Display for FilterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MixedList => {
+                f.write_str("'^' may only start the list; a list either includes or excludes")
+            }
+            Self::BadName { name, error } => write!(f, "component name {name:?}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for FilterReason {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::BadName { error, .. } => Some(error),
+            Self::MixedList => None,
+        }
+    }
 }
 
 impl fmt::Display for FilterError {
@@ -271,13 +305,17 @@ impl fmt::Display for FilterError {
     }
 }
 
-impl std::error::Error for FilterError {}
+impl std::error::Error for FilterError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.reason)
+    }
+}
 
 impl ComponentFilter {
     /// Parses `a,b` (include) or `^a,b` (exclude). `^` may only lead the
     /// list; mixing included and excluded names is an error.
     pub(crate) fn parse(param: &str, value: &str) -> Result<Self, FilterError> {
-        let err = |reason: String| FilterError {
+        let err = |reason: FilterReason| FilterError {
             param: param.to_owned(),
             value: value.to_owned(),
             reason,
@@ -294,11 +332,14 @@ impl ComponentFilter {
         for raw in list.split(',') {
             let name = raw.trim();
             if name.starts_with('^') {
-                return Err(err(
-                    "'^' may only start the list; a list either includes or excludes".into(),
-                ));
+                return Err(err(FilterReason::MixedList));
             }
-            check_component_name(name).map_err(|e| err(format!("component name {name:?}: {e}")))?;
+            check_component_name(name).map_err(|error| {
+                err(FilterReason::BadName {
+                    name: name.to_owned(),
+                    error,
+                })
+            })?;
             if !names.iter().any(|n| n == name) {
                 names.push(name.to_owned());
             }
@@ -341,6 +382,15 @@ mod tests {
             let e = ComponentFilter::parse("btl", bad).unwrap_err();
             assert!(e.to_string().contains("parameter btl"), "{e}");
         }
+        let mixed = ComponentFilter::parse("btl", "a,^b").unwrap_err();
+        assert_eq!(mixed.reason, FilterReason::MixedList);
+        let empty = ComponentFilter::parse("btl", "a,,b").unwrap_err();
+        assert!(
+            matches!(&empty.reason, FilterReason::BadName { name, .. } if name.is_empty()),
+            "{empty:?}"
+        );
+        let chain = std::error::Error::source(&empty).and_then(std::error::Error::source);
+        assert!(chain.is_some_and(|e| e.is::<NameError>()), "{empty:?}");
     }
 
     #[test]

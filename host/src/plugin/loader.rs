@@ -11,9 +11,10 @@ use std::fmt;
 use std::path::Path;
 
 use abi_stable::library::{lib_header_from_path, LibHeader, LibraryError};
-use abi_stable::sabi_types::VersionNumber;
+use abi_stable::sabi_types::{ParseVersionError, VersionNumber};
 use fireopal_abi::btl::BtlComponentRef;
 use fireopal_abi::memheap::MemheapComponentRef;
+use fireopal_abi::PluginError;
 
 /// Why a plugin file could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,8 +47,10 @@ pub enum LoadError {
     },
     /// The root-module initialiser failed or panicked.
     InitFailed(String),
+    /// The plugin's interface version string does not parse.
+    UnparsableVersion(ParseVersionError),
     /// The component could not register its parameters.
-    Params(String),
+    Params(PluginError),
     /// The same framework and component was already found earlier on the
     /// search path (or is built in).
     Shadowed(String),
@@ -74,6 +77,12 @@ impl fmt::Display for LoadError {
                 f,
                 "component calls itself {inside:?} but the file name says {file:?}"
             ),
+            Self::UnparsableVersion(e) => write!(
+                f,
+                "incompatible interface: unparsable version: {e}; rebuild the plugin against \
+                 fireopal-abi {}",
+                fireopal_abi::INTERFACE_VERSION
+            ),
             Self::InitFailed(d) => write!(f, "root module failed to initialise: {d}"),
             Self::Params(d) => write!(f, "parameter registration failed: {d}"),
             Self::Shadowed(by) => write!(f, "shadowed by {by}"),
@@ -81,7 +90,15 @@ impl fmt::Display for LoadError {
     }
 }
 
-impl std::error::Error for LoadError {}
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::UnparsableVersion(e) => Some(e),
+            Self::Params(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// A root module that passed every check.
 #[derive(Clone, Copy)]
@@ -188,9 +205,7 @@ fn classify(path: &Path, err: LibraryError) -> LoadError {
             }
         }
         LibraryError::GetSymbolError { .. } => LoadError::NoRootModule,
-        LibraryError::ParseVersionError(e) => {
-            LoadError::IncompatibleInterface(format!("unparsable version: {e}"))
-        }
+        LibraryError::ParseVersionError(e) => LoadError::UnparsableVersion(e),
         LibraryError::IncompatibleVersionNumber {
             expected_version,
             actual_version,

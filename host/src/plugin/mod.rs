@@ -40,11 +40,11 @@ use fireopal_abi::memheap::MemheapModuleBox;
 use fireopal_abi::param::{ParamRegistry_TO, ParamSpec, ParamValue};
 use fireopal_abi::{Availability, ComponentVersion, PluginError};
 
-pub use discovery::{FilterError, SkipReason, Skipped};
+pub use discovery::{FilterError, FilterReason, SkipReason, Skipped};
 pub use loader::LoadError;
 pub use opening::OpenedBtls;
 
-use crate::param::{ParamError, ParamStore};
+use crate::param::{ParamError, ParamStore, ValueError};
 use discovery::{scan, search_path, ComponentFilter, Scan};
 use loader::Root;
 use services::{ComponentParams, ComponentServices};
@@ -230,7 +230,15 @@ impl fmt::Display for DiscoveryError {
     }
 }
 
-impl std::error::Error for DiscoveryError {}
+impl std::error::Error for DiscoveryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Param(e) => Some(e),
+            Self::Filter(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Why a selected component could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,7 +266,14 @@ impl fmt::Display for OpenError {
     }
 }
 
-impl std::error::Error for OpenError {}
+impl std::error::Error for OpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Failed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Inputs of discovery.
 #[derive(Debug, Clone)]
@@ -395,7 +410,7 @@ impl Registry {
                         .get("log_level")
                         .map(|p| p.source.clone())
                         .unwrap_or(crate::param::Source::Default),
-                    reason: "expected error, warn, info or debug".into(),
+                    reason: ValueError::NotOneOf(&["error", "warn", "info", "debug"]),
                 }));
                 LogLevel::Warn
             }
@@ -551,7 +566,7 @@ impl Registry {
             };
             errors.extend(bad_values.into_iter().map(DiscoveryError::Param));
             if let RResult::RErr(e) = result {
-                c.status = Status::NotLoaded(LoadError::Params(e.to_string()));
+                c.status = Status::NotLoaded(LoadError::Params(e));
                 c.root = None;
             }
         }

@@ -19,7 +19,7 @@ use fireopal_abi::btl::{BtlModuleBox, Rank};
 use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::{ErrorKind, PluginError};
 
-use super::{complete_part, InitError, Messenger, ModuleSlot, SendError};
+use super::{complete_part, InitError, Messenger, ModuleSlot, PeerFailure, SendError};
 use crate::plugin::{Framework, OpenError, Registry};
 
 /// A component or module left out at setup.
@@ -230,12 +230,13 @@ impl Messenger {
                 None => {
                     lost += 1;
                     if route.failed.is_none() {
-                        let reason = format!(
-                            "no transport reaches rank {peer} since btl {component}[{index}] \
-                             was closed: {error}"
-                        );
-                        route.failed = Some(reason.clone());
-                        self.failures.push((peer, reason));
+                        let failure = PeerFailure::NoTransport {
+                            component: component.clone(),
+                            index,
+                            error: error.clone(),
+                        };
+                        route.failed = Some(failure.clone());
+                        self.failures.push((peer, failure));
                     }
                 }
             }
