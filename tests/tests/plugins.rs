@@ -67,6 +67,13 @@ fn build_against_modified_abi(
         "path = \"../../../abi\"",
         &format!("path = {:?}", abi.display().to_string()),
     )?;
+    // The suite the fixture's own tests run builds against this tree's
+    // interface, not the modified one; a plugin build does not need it.
+    patch_once(
+        &plugin.join("Cargo.toml"),
+        "fireopal-conformance = { path = \"../../../conformance\", default-features = false, features = [\"abi\"] }",
+        "",
+    )?;
     build_loop_variant(&plugin, &[("FIXTURE_NAME", tag)], dest)
 }
 
