@@ -25,6 +25,8 @@
 
 #[cfg(feature = "abi")]
 pub mod host;
+#[cfg(feature = "messenger")]
+pub mod messenger;
 #[cfg(feature = "abi")]
 pub mod job;
 #[cfg(feature = "abi")]
@@ -40,3 +42,13 @@ pub use host::TestHost;
 pub use job::{Failure, Job, Proc, Setup};
 #[cfg(feature = "abi")]
 pub use recorder::Recorder;
+
+/// How a case ended when it did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every check held.
+    Passed,
+    /// The component does not offer what the case checks (the contract
+    /// allows it); why.
+    NotApplicable(String),
+}

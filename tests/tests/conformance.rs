@@ -1,6 +1,6 @@
-//! The transport conformance suite: the same checks (`fireopal
-//! conformance`, in `host/src/bin/fireopal/conformance.rs`) against every
-//! BTL, each run as a real job under `fireopal run`. Adding a transport is
+//! The messenger suite of `fireopal-conformance` (run by `fireopal
+//! conformance`) against every BTL and heap allocator, each run as a real
+//! job under `fireopal run`. Adding a transport is
 //! one line below. The suite also passes an out-of-tree transport built
 //! after the host, and fails a broken one.
 

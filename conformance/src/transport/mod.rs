@@ -29,19 +29,11 @@ use std::time::Instant;
 use fireopal_abi::btl::BtlComponentImpl;
 
 use crate::job::{Failure, Setup};
+pub use crate::Outcome;
 
 mod endpoints;
 mod messages;
 mod rdma;
-
-/// How a case ended when it did not fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Every check held.
-    Passed,
-    /// The module does not offer what the case checks; why.
-    NotApplicable(String),
-}
 
 /// One case of the suite, for component `C`.
 pub type Case = fn(&Setup) -> Result<Outcome, Failure>;

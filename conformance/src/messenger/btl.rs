@@ -1,4 +1,4 @@
-//! The btl suite of `fireopal conformance`: each rank sends to the next
+//! The btl cases of the messenger suite: each rank sends to the next
 //! rank and receives from the previous one (a ring; one rank talks to
 //! itself), through the framework's active-message API.
 
@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 use fireopal::bootstrap::Bootstrap;
 use fireopal::btl::{Messenger, SendId, SendTicket};
 use fireopal::memheap::SymmetricHeap;
-use fireopal::plugin::Options;
+use fireopal::plugin::Registry;
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
-use super::{run_cases, Outcome};
-use crate::{open_registry, Failure};
+use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 
 const STALL: Duration = Duration::from_secs(60);
 const SIZES: [usize; 14] = [
@@ -49,7 +48,8 @@ const TAG_BURST_DONE: u8 = 20;
 
 type Inbox = Rc<RefCell<Vec<(u32, Vec<u8>, Vec<u8>)>>>;
 
-pub(super) struct Ctx {
+/// What every btl case works with on one rank.
+pub struct Ctx {
     boot: Bootstrap,
     m: Messenger,
     rank: u32,
@@ -63,6 +63,15 @@ pub(super) struct Ctx {
     heap: SymmetricHeap,
     /// This rank is the one that leaves in the peer-death case.
     leave: bool,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
 }
 
 fn pattern(rank: u32, seq: u32, len: usize) -> Vec<u8> {
@@ -355,7 +364,7 @@ fn case_rdma(c: &mut Ctx) -> Result<Outcome, String> {
     let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
     if !flags.contains(BtlFlags::PUT | BtlFlags::GET) {
         c.barrier()?;
-        return Ok(Outcome::NotApplicable("put and get not offered"));
+        return Ok(Outcome::NotApplicable("put and get not offered".into()));
     }
     const LEN: usize = 64 << 10;
     let mut window = vec![0u8; LEN];
@@ -512,7 +521,7 @@ fn case_in_place(c: &mut Ctx) -> Result<Outcome, String> {
     let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
     if !flags.contains(BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS) {
         c.barrier()?;
-        return Ok(Outcome::NotApplicable("transfer buffers not offered"));
+        return Ok(Outcome::NotApplicable("transfer buffers not offered".into()));
     }
     const LENS: [usize; 5] = [1, 100, 9000, 65_536, 1 << 20];
     let tb =
@@ -618,7 +627,7 @@ fn case_symmetric_heap(c: &mut Ctx) -> Result<Outcome, String> {
 /// leaves abruptly; rank 0 keeps sending to it.
 fn case_peer_death(c: &mut Ctx) -> Result<Outcome, String> {
     if c.size < 2 {
-        return Ok(Outcome::NotApplicable("needs 2 ranks"));
+        return Ok(Outcome::NotApplicable("needs 2 ranks".into()));
     }
     let victim = c.size - 1;
     c.barrier()?;
@@ -659,10 +668,11 @@ fn case_peer_death(c: &mut Ctx) -> Result<Outcome, String> {
     }
 }
 
-pub(super) type Case = fn(&mut Ctx) -> Result<Outcome, String>;
+/// One btl case.
+pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (peer death ends the job's ring).
-pub(super) const CASES: [(&str, Case); 8] = [
+pub const CASES: [(&str, Case); 8] = [
     ("sizes", case_sizes),
     ("many", case_many),
     ("completions", case_completions),
@@ -673,28 +683,29 @@ pub(super) const CASES: [(&str, Case); 8] = [
     ("peer-death", case_peer_death),
 ];
 
-/// Runs the `cases` against btl `btl`; `Ok(false)` when a case failed
-/// (each rank prints its lines).
-pub(super) fn run(
+/// Runs `cases` against btl `btl` on this rank, which must reach the next
+/// rank through it. `registry` was opened with `btl` selected; the heap
+/// for the symmetric-heap case is made here. The rank the peer-death case
+/// picks to leave ends its process there, as a crashed rank would.
+pub fn run(
     btl: &str,
-    mut params: Vec<(String, String)>,
+    mut boot: Bootstrap,
+    registry: &Registry,
     cases: &[(&'static str, Case)],
-) -> Result<bool, Failure> {
-    let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
-    params.push(("btl".into(), btl.into()));
-    let registry = open_registry(&Options {
-        command_line: params,
-        job: boot.job_info(),
-        ..Options::default()
-    })?;
-    let mut m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
-    let heap = SymmetricHeap::with_size(&registry, 8 << 20).map_err(|e| e.to_string())?;
+) -> Result<Tally, SetupError> {
+    let mut m = Messenger::init(registry, &mut boot).map_err(SetupError::Messenger)?;
+    let heap = SymmetricHeap::with_size(registry, 8 << 20).map_err(SetupError::Heap)?;
     let (rank, size) = (boot.rank(), boot.size());
     let next = (rank + 1) % size;
     let prev = (rank + size - 1) % size;
     match m.route(next) {
         Some(r) if r.component == btl => {}
-        other => return Err(format!("rank {next} is not reached through {btl}: {other:?}").into()),
+        other => {
+            return Err(SetupError::NotServed {
+                wanted: btl.to_owned(),
+                served_by: format!("rank {next} is reached through {other:?}"),
+            })
+        }
     }
     let inbox: Inbox = Rc::new(RefCell::new(Vec::new()));
     let many_seen = Rc::new(RefCell::new((0u64, 0u64)));
@@ -716,7 +727,7 @@ pub(super) fn run(
                 .borrow_mut()
                 .push((msg.peer, msg.header.to_vec(), msg.payload.to_vec()));
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(SetupError::Handler)?;
     }
     {
         let seen = Rc::clone(&many_seen);
@@ -732,7 +743,7 @@ pub(super) fn run(
             }
             s.0 += 1;
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(SetupError::Handler)?;
     }
     let mut c = Ctx {
         boot,
@@ -747,12 +758,12 @@ pub(super) fn run(
         heap,
         leave: false,
     };
-    let ok = run_cases(rank, &mut c, cases).failed == 0;
+    let tally = run_cases(rank, &mut c, cases);
     if c.leave {
         // Abruptly, as a crashed rank would: no finalize, no destructors.
         std::process::exit(0);
     }
     // After the peer-death case the job is short one rank: no collective
     // finalize.
-    Ok(ok)
+    Ok(tally)
 }

@@ -1,7 +1,8 @@
 //! `fireopal conformance`: checks one component against its contract, on
 //! every rank of a job (`fireopal run -n N -- fireopal conformance --btl
-//! NAME`). `--btl NAME` checks a transport against `fireopal_abi::btl`
-//! ([`btl`]), `--memheap NAME` a symmetric-heap allocator ([`memheap`]).
+//! NAME`), with the messenger suite of `fireopal-conformance`. `--btl
+//! NAME` checks a transport through the messenger, `--memheap NAME` a
+//! symmetric-heap allocator through the host's heap calls.
 //! The project's tests run it against every in-tree component, and the
 //! author of an out-of-tree one runs the same checks against theirs, found
 //! through `FIREOPAL_PLUGIN_PATH`, with the host they will ship against.
@@ -13,13 +14,13 @@
 //! wait has a stall limit, so a broken component fails instead of hanging.
 
 use std::process::ExitCode;
-use std::time::Instant;
 
-mod btl;
-mod memheap;
+use fireopal::bootstrap::Bootstrap;
+use fireopal::plugin::Options;
+use fireopal_conformance::messenger::{btl, memheap, Tally};
 
 use super::args::{self, Arg, Args, Stop};
-use super::CommonArgs;
+use super::{open_registry, CommonArgs, Failure};
 
 pub(super) const SYNOPSIS: &str = "\
 fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=value]...
@@ -103,19 +104,54 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     };
     let result = match subject {
         Subject::Btl(name) => match select_cases(&btl::CASES, only.as_deref()) {
-            Ok(cases) => btl::run(&name, common.params, &cases),
+            Ok(cases) => run_btl(&name, common.params, &cases),
             Err(stop) => return stop.exit(CMD, USAGE),
         },
         Subject::Memheap(name) => match select_cases(&memheap::CASES, only.as_deref()) {
-            Ok(cases) => memheap::run(&name, common.params, &cases),
+            Ok(cases) => run_memheap(&name, common.params, &cases),
             Err(stop) => return stop.exit(CMD, USAGE),
         },
     };
     match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(tally) if tally.failed == 0 => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
         Err(failure) => failure.exit(CMD),
     }
+}
+
+/// Starts the bootstrap and opens the registry with `framework` set to
+/// `name` and the command line's parameters.
+fn open(
+    framework: &str,
+    name: &str,
+    mut params: Vec<(String, String)>,
+) -> Result<(Bootstrap, fireopal::plugin::Registry), Failure> {
+    let boot = Bootstrap::init().map_err(|e| e.to_string())?;
+    params.push((framework.into(), name.into()));
+    let registry = open_registry(&Options {
+        command_line: params,
+        job: boot.job_info(),
+        ..Options::default()
+    })?;
+    Ok((boot, registry))
+}
+
+fn run_btl(
+    name: &str,
+    params: Vec<(String, String)>,
+    cases: &[(&'static str, btl::Case)],
+) -> Result<Tally, Failure> {
+    let (boot, registry) = open("btl", name, params)?;
+    btl::run(name, boot, &registry, cases).map_err(|e| e.to_string().into())
+}
+
+fn run_memheap(
+    name: &str,
+    params: Vec<(String, String)>,
+    cases: &[(&'static str, memheap::Case)],
+) -> Result<Tally, Failure> {
+    let (boot, registry) = open("memheap", name, params)?;
+    memheap::run(name, boot, &registry, cases).map_err(|e| e.to_string().into())
 }
 
 /// The cases of `all` named in a `--case` list (all of them without
@@ -142,81 +178,6 @@ fn select_cases<C: Copy>(
         .filter(|(name, _)| wanted.contains(name))
         .copied()
         .collect())
-}
-
-/// How a case ended, when it did not fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Passed,
-    /// The component does not offer what the case checks; the reason.
-    NotApplicable(&'static str),
-}
-
-impl From<()> for Outcome {
-    fn from((): ()) -> Self {
-        Self::Passed
-    }
-}
-
-/// One case of a suite whose cases share a context `C`.
-type CaseOf<C, R> = fn(&mut C) -> Result<R, String>;
-
-/// The counts a rank's summary line gives.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Tally {
-    passed: usize,
-    failed: usize,
-    not_applicable: usize,
-    not_run: usize,
-}
-
-impl std::fmt::Display for Tally {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} passed, {} failed, {} not applicable",
-            self.passed, self.failed, self.not_applicable
-        )?;
-        if self.not_run > 0 {
-            write!(f, ", {} not run", self.not_run)?;
-        }
-        Ok(())
-    }
-}
-
-/// Runs `cases` on `ctx` in order, printing a line per case and the
-/// summary; stops at the first failure (later cases would only trip over
-/// the same fault).
-fn run_cases<C, R: Into<Outcome>>(
-    rank: u32,
-    ctx: &mut C,
-    cases: &[(&'static str, CaseOf<C, R>)],
-) -> Tally {
-    let mut tally = Tally::default();
-    for (i, &(name, case)) in cases.iter().enumerate() {
-        let started = Instant::now();
-        match case(ctx).map(Into::into) {
-            Ok(Outcome::Passed) => {
-                tally.passed += 1;
-                println!(
-                    "rank {rank}: PASS {name} ({:.1} ms)",
-                    started.elapsed().as_secs_f64() * 1e3
-                );
-            }
-            Ok(Outcome::NotApplicable(why)) => {
-                tally.not_applicable += 1;
-                println!("rank {rank}: N/A {name}: {why}");
-            }
-            Err(e) => {
-                tally.failed += 1;
-                tally.not_run = cases.len() - i - 1;
-                println!("rank {rank}: FAIL {name}: {e}");
-                break;
-            }
-        }
-    }
-    println!("rank {rank}: {tally}");
-    tally
 }
 
 #[cfg(test)]
@@ -263,29 +224,6 @@ mod tests {
             why,
             "no case named \"rmda\": expected one of sizes, many, completions, sendi, \
              rdma, in-place, symmetric-heap or peer-death"
-        );
-    }
-
-    #[test]
-    fn the_summary_counts_every_outcome() {
-        type Case = CaseOf<Vec<&'static str>, Outcome>;
-        fn pass(_: &mut Vec<&'static str>) -> Result<Outcome, String> {
-            Ok(Outcome::Passed)
-        }
-        fn na(_: &mut Vec<&'static str>) -> Result<Outcome, String> {
-            Ok(Outcome::NotApplicable("not offered"))
-        }
-        fn fail(_: &mut Vec<&'static str>) -> Result<Outcome, String> {
-            Err("broken".into())
-        }
-        let cases: [(&str, Case); 4] = [("a", pass), ("b", na), ("c", pass), ("d", na)];
-        let tally = run_cases(0, &mut Vec::new(), &cases);
-        assert_eq!(tally.to_string(), "2 passed, 0 failed, 2 not applicable");
-        let cases: [(&str, Case); 4] = [("a", pass), ("b", na), ("c", fail), ("d", pass)];
-        let tally = run_cases(0, &mut Vec::new(), &cases);
-        assert_eq!(
-            tally.to_string(),
-            "1 passed, 1 failed, 1 not applicable, 1 not run"
         );
     }
 }

@@ -91,11 +91,11 @@ pub(crate) fn built(output: PathBuf, inputs: &[PathBuf], args: &[&str]) -> Resul
     }
 }
 
-/// The host's example `name` (`host/examples/<name>.rs`), in the
+/// The host library's example `name` (`host/examples/<name>.rs`), in the
 /// `examples` directory beside the `fireopal` binary, built when missing or
 /// older than its source or the library (which the binary also links).
 pub(crate) fn host_example(name: &str) -> Result<PathBuf, String> {
-    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let host = workspace().join("host");
     built(
         profile_dir().join("examples").join(name),
         &[

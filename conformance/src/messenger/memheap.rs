@@ -1,4 +1,4 @@
-//! `fireopal conformance --memheap NAME`: checks a symmetric-heap allocator
+//! The memheap cases of the messenger suite: a symmetric-heap allocator
 //! against the contract of `fireopal_abi::memheap`, through the host's
 //! OpenSHMEM-style calls on an 8 MiB heap. Every rank runs the same calls,
 //! so the symmetry of offsets is checked across the job.
@@ -14,29 +14,40 @@ use std::collections::BTreeMap;
 
 use fireopal::bootstrap::Bootstrap;
 use fireopal::memheap::{SymmetricHeap, DEFAULT_ALIGN};
-use fireopal::plugin::Options;
+use fireopal::plugin::Registry;
 
-use crate::{open_registry, Failure};
+use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 
 /// Size of the heap the checks run on.
 const HEAP_BYTES: u64 = 8 << 20;
 
-pub(super) type Case = fn(&mut Ctx) -> Result<(), String>;
+/// One memheap case.
+pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs.
-pub(super) const CASES: [(&str, Case); 5] = [
-    ("align", case_align),
-    ("random", case_random),
-    ("symmetric", case_symmetric),
-    ("exhaustion", case_exhaustion),
-    ("bad-free", case_bad_free),
+pub const CASES: [(&str, Case); 5] = [
+    ("align", |c| case_align(c).map(|()| Outcome::Passed)),
+    ("random", |c| case_random(c).map(|()| Outcome::Passed)),
+    ("symmetric", |c| case_symmetric(c).map(|()| Outcome::Passed)),
+    ("exhaustion", |c| case_exhaustion(c).map(|()| Outcome::Passed)),
+    ("bad-free", |c| case_bad_free(c).map(|()| Outcome::Passed)),
 ];
 
-pub(super) struct Ctx {
+/// What every memheap case works with on one rank.
+pub struct Ctx {
     boot: Bootstrap,
     heap: SymmetricHeap,
     rank: u32,
     size: u32,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A live block the checks made: where, how long, the alignment asked
@@ -409,23 +420,21 @@ fn case_bad_free(c: &mut Ctx) -> Result<(), String> {
     heap.free(again).map_err(|e| e.to_string())
 }
 
-/// Runs the `cases` against memheap component `name`; `Ok(false)` when a
-/// case failed (each rank prints its lines).
-pub(super) fn run(
+/// Runs `cases` against memheap component `name` on this rank; `registry`
+/// was opened with `name` selected. Ends with the job's collective
+/// finalize.
+pub fn run(
     name: &str,
-    mut params: Vec<(String, String)>,
+    boot: Bootstrap,
+    registry: &Registry,
     cases: &[(&'static str, Case)],
-) -> Result<bool, Failure> {
-    let boot = Bootstrap::init().map_err(|e| e.to_string())?;
-    params.push(("memheap".into(), name.into()));
-    let registry = open_registry(&Options {
-        command_line: params,
-        job: boot.job_info(),
-        ..Options::default()
-    })?;
-    let heap = SymmetricHeap::with_size(&registry, HEAP_BYTES).map_err(|e| e.to_string())?;
+) -> Result<Tally, SetupError> {
+    let heap = SymmetricHeap::with_size(registry, HEAP_BYTES).map_err(SetupError::Heap)?;
     if heap.component() != name {
-        return Err(format!("the heap is served by {}, not {name}", heap.component()).into());
+        return Err(SetupError::NotServed {
+            wanted: name.to_owned(),
+            served_by: format!("the heap is served by {}", heap.component()),
+        });
     }
     let (rank, size) = (boot.rank(), boot.size());
     let mut c = Ctx {
@@ -434,7 +443,7 @@ pub(super) fn run(
         rank,
         size,
     };
-    let ok = super::run_cases(rank, &mut c, cases).failed == 0;
-    c.boot.finalize().map_err(|e| e.to_string())?;
-    Ok(ok)
+    let tally = run_cases(rank, &mut c, cases);
+    c.boot.finalize().map_err(SetupError::Finalize)?;
+    Ok(tally)
 }
