@@ -25,10 +25,10 @@
 
 #[cfg(feature = "abi")]
 pub mod host;
-#[cfg(feature = "messenger")]
-pub mod messenger;
 #[cfg(feature = "abi")]
 pub mod job;
+#[cfg(feature = "messenger")]
+pub mod messenger;
 #[cfg(feature = "abi")]
 pub mod pattern;
 #[cfg(feature = "abi")]

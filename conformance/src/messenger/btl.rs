@@ -521,7 +521,9 @@ fn case_in_place(c: &mut Ctx) -> Result<Outcome, String> {
     let flags = c.m.attributes(c.next).map(|a| a.flags).unwrap_or_default();
     if !flags.contains(BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS) {
         c.barrier()?;
-        return Ok(Outcome::NotApplicable("transfer buffers not offered".into()));
+        return Ok(Outcome::NotApplicable(
+            "transfer buffers not offered".into(),
+        ));
     }
     const LENS: [usize; 5] = [1, 100, 9000, 65_536, 1 << 20];
     let tb =

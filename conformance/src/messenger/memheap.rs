@@ -29,7 +29,9 @@ pub const CASES: [(&str, Case); 5] = [
     ("align", |c| case_align(c).map(|()| Outcome::Passed)),
     ("random", |c| case_random(c).map(|()| Outcome::Passed)),
     ("symmetric", |c| case_symmetric(c).map(|()| Outcome::Passed)),
-    ("exhaustion", |c| case_exhaustion(c).map(|()| Outcome::Passed)),
+    ("exhaustion", |c| {
+        case_exhaustion(c).map(|()| Outcome::Passed)
+    }),
     ("bad-free", |c| case_bad_free(c).map(|()| Outcome::Passed)),
 ];
 
