@@ -52,7 +52,7 @@
 //!   other side chose. The helpers are in the `fireopal-core` crate (no
 //!   dependency of this one): `fireopal_core::auth` (`hmac_sha256`,
 //!   `HmacSha256`, `tags_equal`, which compares in constant time), and
-//!   `fireopal_core::wire::handshake` is tcp's handshake built on them.
+//!   `fireopal_core::wire::tcp::handshake` is tcp's handshake built on them.
 //!
 //! # Evolution
 //!

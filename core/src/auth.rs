@@ -4,7 +4,7 @@
 //!
 //! Transports use these to prove, without sending it, that a connecting
 //! process holds the job key: each side answers the other's random nonce
-//! with an HMAC under the key (see [`crate::wire::handshake`]).
+//! with an HMAC under the key (see [`crate::wire::tcp::handshake`]).
 //!
 //! ```
 //! use fireopal_core::auth::{hmac_sha256, sha256, tags_equal};

@@ -3,12 +3,11 @@
 //! Everything here is plain data structures and protocol logic with no I/O,
 //! so that a runtime can embed it even without an operating system:
 //!
-//! - [`am`]: active-message protocol logic (address directory, fragments);
 //! - [`regcache`]: registration cache on an interval tree;
 //! - [`group`]: process-group representations with MPI group semantics;
 //! - [`buddy`]: the buddy allocator behind the symmetric heap;
-//! - [`shmq`]: layout and checks of the shared-memory transport's queues,
-//!   fast boxes and control messages;
+//! - [`shmq`]: layout and checks of the shared-memory transport's queues
+//!   and fast boxes;
 //! - [`checksum`]: Fletcher-64, the shared-memory transport's optional
 //!   check of what it writes;
 //! - [`copy`]: bulk copies that keep their speed at any alignment;
@@ -16,7 +15,8 @@
 //!   component names);
 //! - [`auth`]: SHA-256 and HMAC-SHA256, for transports that prove a peer
 //!   holds the job key;
-//! - [`wire`]: typed, checked views of the bytes transports exchange;
+//! - [`wire`]: typed, checked views of the bytes processes exchange, one
+//!   folder per protocol (`am`, `tcp`, `shm`) over one codec;
 //! - [`id_hash`]: a cheap hasher for maps keyed by ids this process
 //!   chooses.
 #![no_std]
@@ -30,7 +30,6 @@ extern crate std;
 #[macro_use]
 mod codes;
 
-pub mod am;
 pub mod auth;
 pub mod buddy;
 pub mod checksum;

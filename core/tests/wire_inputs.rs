@@ -12,17 +12,18 @@
 //! which reach the checks behind a format's magic number or marker that
 //! random bytes seldom get past.
 
-use fireopal_core::am::{decode_directory, encode_directory, FirstFragment};
 use fireopal_core::shmq::layout::{Header, HeaderExpect, Layout, LayoutParams, HEADER_LEN};
-use fireopal_core::shmq::{fbox, fifo, wire as shm};
-use fireopal_core::wire::address::{
+use fireopal_core::shmq::{fbox, fifo};
+use fireopal_core::wire::am::{decode_directory, encode_directory, FirstFragment};
+use fireopal_core::wire::shm;
+use fireopal_core::wire::tcp::address::{
     encode_addresses, parse_addresses, AddressEntry, InterfaceName,
 };
-use fireopal_core::wire::frame::{
+use fireopal_core::wire::tcp::frame::{
     FrameHeader, FrameKind, FrameLimits, GetRequest, GetResponse, PutAck, PutHeader, RdmaStatus,
     RemoteKey,
 };
-use fireopal_core::wire::handshake::{Challenge, Hello, Proof, Verdict};
+use fireopal_core::wire::tcp::handshake::{Challenge, Hello, Proof, Verdict};
 use proptest::prelude::*;
 
 /// Up to `n` replaced bytes of `seed`: (position, new byte) pairs.

@@ -12,9 +12,6 @@
 //!   single-writer ring of cache lines) and the checks a reader applies;
 //! - [`fifo`]: the slot header of the per-receiver multi-writer queue and
 //!   the classification of a slot's sequence word;
-//! - [`wire`]: control messages (rendezvous, completion, unmap notices,
-//!   emulated RDMA), remote keys and published addresses, parsed with
-//!   length checks;
 //! - [`ranges`]: a first-fit allocator of byte ranges (staging buffers);
 //! - [`keyspace`]: how a peer's address range becomes a key of the
 //!   registration cache, one disjoint key space per peer;
@@ -22,6 +19,8 @@
 //!   made by a member of the job;
 //! - [`sum`]: what the optional checksums cover, and their checks.
 //!
+//! The control messages, remote keys and published addresses peers
+//! exchange are in [`crate::wire::shm`], and report the same [`Malformed`].
 //! Everything read from shared memory comes from another process, so every
 //! decoder here returns an error rather than trusting a length, an offset
 //! or a kind.
@@ -33,7 +32,6 @@ pub mod layout;
 pub mod ranges;
 pub mod siphash;
 pub mod sum;
-pub mod wire;
 
 use core::fmt;
 

@@ -2,11 +2,11 @@
 //! what they cover and how a reader checks them.
 //!
 //! When both ends agreed on them (a flag of the published
-//! [`Address`](super::wire::Address)), every fragment's data, in a fast
+//! [`Address`](crate::wire::shm::Address)), every fragment's data, in a fast
 //! box or a queue slot, ends with a [`TRAILER`]: the [`Fletcher64`] of
 //! its sequence number, kind, tag, header length and data length, then the
 //! data. A rendezvous request carries the checksum of its payload
-//! ([`Rts::sum`](super::wire::Rts::sum)), which the receiver checks where
+//! ([`Rts::sum`](crate::wire::shm::Rts::sum)), which the receiver checks where
 //! it reads the payload (the sender's staging segment, transfer buffer or
 //! memory). A reader that finds a difference has bytes that changed in
 //! shared memory after their writer put them there.

@@ -1,25 +1,25 @@
-//! Typed views of the bytes transports exchange with peers.
+//! Typed views of the bytes processes exchange, one folder per protocol.
 //!
 //! Everything here parses input that came from another process, so each
 //! view checks lengths and fields before any value is trusted and reports
 //! what was wrong as a small error enum; nothing panics or indexes
 //! unchecked on peer bytes. All multi-byte fields are little-endian.
 //!
-//! - [`frame`]: the fixed header in front of every TCP message, and the
-//!   sub-headers of the messages that emulate RDMA;
-//! - [`handshake`]: the messages that open a TCP connection and prove both
-//!   ends hold the job key;
-//! - [`address`]: the list of (interface, address, port) a TCP module
-//!   publishes through the bootstrap.
+//! - [`am`]: the active-message layer's address directory and fragment
+//!   header, which every transport carries;
+//! - [`tcp`]: the tcp transport's handshake, frames and addresses;
+//! - [`shm`]: the shm transport's published address and control messages
+//!   (rendezvous, completion, unmap notices, mapped-segment keys), whose
+//!   queue layout lives in [`crate::shmq`].
 //!
-//! They, the `shm` control messages ([`crate::shmq`]) and the active-message
-//! directory and fragment header ([`crate::am`]) read and write their bytes
-//! through one checked little-endian codec (the crate-private `codec`
-//! module); each protocol keeps its own error enum.
+//! All of them read and write their bytes through one checked codec (the
+//! crate-private `codec` module: a bounds-checked `Reader`, a `Writer`,
+//! and `Fields` for fixed-size messages); each protocol keeps its own
+//! error enum.
 
-pub mod address;
+pub mod am;
 pub(crate) mod codec;
-pub mod frame;
-pub mod handshake;
+pub mod shm;
+pub mod tcp;
 
 pub(crate) use codec::{Fields, Reader, Writer};

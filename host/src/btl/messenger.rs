@@ -16,10 +16,10 @@ use fireopal_abi::btl::{
 };
 use fireopal_abi::host::Host;
 use fireopal_abi::PluginError;
-use fireopal_core::am::{
+use fireopal_core::id_hash::IdHash;
+use fireopal_core::wire::am::{
     decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
 };
-use fireopal_core::id_hash::IdHash;
 
 use crate::bootstrap::Bootstrap;
 use crate::plugin::{Framework, Registry};

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use fireopal_core::shmq::layout::PAGE;
 use fireopal_core::shmq::ranges::RangeAllocator;
-use fireopal_core::shmq::wire::SegmentRef;
 use fireopal_core::shmq::LINE;
+use fireopal_core::wire::shm::SegmentRef;
 
 use crate::mem::{Mapping, View};
 use crate::sys;

@@ -464,7 +464,7 @@ fn attributes(cfg: &Config) -> BtlAttributes {
             | BtlFlags::SEND_IN_PLACE
             | BtlFlags::TRANSFER_BUFFERS
             | BtlFlags::MAPPED_SEGMENTS,
-        registration_handle_size: fireopal_core::shmq::wire::REMOTE_KEY_LEN as u32,
+        registration_handle_size: fireopal_core::wire::shm::REMOTE_KEY_LEN as u32,
     }
 }
 

@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use fireopal_core::regcache::{Access, Region, RegistrationBackend};
-use fireopal_core::shmq::wire::SegmentRef;
+use fireopal_core::wire::shm::SegmentRef;
 
 use crate::mem::{unmap_raw, Mapping};
 use crate::sys;

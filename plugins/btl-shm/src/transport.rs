@@ -48,8 +48,8 @@ use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::regcache::{CacheStats, RegCache, RegCacheConfig, TransportId};
 use fireopal_core::shmq::layout::{Header, Layout, LayoutParams, MAGIC, SLOT_DATA};
-use fireopal_core::shmq::wire::{Address, RemoteKey};
 use fireopal_core::shmq::{Kind, Malformed, LINE};
+use fireopal_core::wire::shm::{Address, RemoteKey};
 
 use crate::buffer::{Buffers, LocalSegment, Staging, TransferBuffer};
 use crate::mapcache::{MapRequest, PeerMapper};

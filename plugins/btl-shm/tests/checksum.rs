@@ -22,8 +22,8 @@ use fireopal_conformance::Recorder;
 use fireopal_core::shmq::fbox::{self, Found};
 use fireopal_core::shmq::fifo::FragmentHeader;
 use fireopal_core::shmq::layout::SLOT_DATA;
-use fireopal_core::shmq::wire::{Address, Rts, Source};
 use fireopal_core::shmq::Kind;
+use fireopal_core::wire::shm::{Address, Rts, Source};
 
 const VICTIM: u32 = 1;
 /// Sends a staged rendezvous message; its staging segment is changed.

@@ -16,8 +16,8 @@ use fireopal_conformance::Recorder;
 use fireopal_core::shmq::fbox::EntryHeader;
 use fireopal_core::shmq::fifo::FragmentHeader;
 use fireopal_core::shmq::layout::SLOT_DATA;
-use fireopal_core::shmq::wire::{Rts, SegmentRef, Source};
 use fireopal_core::shmq::{Kind, LINE};
+use fireopal_core::wire::shm::{Rts, SegmentRef, Source};
 
 const VICTIM: u32 = 2;
 const HEALTHY: u32 = 4;

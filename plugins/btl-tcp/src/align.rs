@@ -12,12 +12,12 @@
 //! Socket pages are filled from where the previous write of the burst
 //! left off (a page no longer in use starts again at offset 0), so the
 //! sender places a payload by padding the frame in front of it
-//! ([`FrameHeader::pad`](fireopal_core::wire::frame::FrameHeader)), and
+//! ([`FrameHeader::pad`](fireopal_core::wire::tcp::frame::FrameHeader)), and
 //! cuts its writes at 64-byte boundaries of the burst so that a page
 //! reused between two writes does not move the rest. The receiver reads
 //! into 64-byte aligned buffers ([`AlignedBuf`]).
 
-use fireopal_core::wire::frame::PAYLOAD_ALIGN;
+use fireopal_core::wire::tcp::frame::PAYLOAD_ALIGN;
 
 /// Payloads shorter than this are not padded: their copies are short
 /// enough that the skew costs less than the padding.

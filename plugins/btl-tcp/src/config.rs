@@ -14,7 +14,7 @@ use std::time::Duration;
 use fireopal_abi::host::Host;
 use fireopal_abi::param::{ParamRegistrar, ParamValue};
 use fireopal_abi::PluginError;
-use fireopal_core::wire::address::{prefix_mask_v4, prefix_mask_v6, MAX_ENTRIES};
+use fireopal_core::wire::tcp::address::{prefix_mask_v4, prefix_mask_v6, MAX_ENTRIES};
 
 use crate::sys::{BufferSizes, InterfaceAddress, Keepalive};
 

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use fireopal_abi::btl::{MemRegion, Rank};
-use fireopal_core::wire::frame::{FrameHeader, RdmaStatus};
-use fireopal_core::wire::handshake::{Hello, Transcript, NONCE_LEN};
+use fireopal_core::wire::tcp::frame::{FrameHeader, RdmaStatus};
+use fireopal_core::wire::tcp::handshake::{Hello, Transcript, NONCE_LEN};
 
 use crate::align::AlignedBuf;
 use crate::sys::Socket;

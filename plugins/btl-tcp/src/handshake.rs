@@ -1,6 +1,6 @@
 //! Opening connections: accepting, dialling, and the handshake in which
 //! both ends prove they hold the job key (see
-//! [`fireopal_core::wire::handshake`] for the messages).
+//! [`fireopal_core::wire::tcp::handshake`] for the messages).
 //!
 //! A connection that fails the handshake on the accepting side (not a
 //! fireopal peer, wrong version, wrong rank or link, bad proof, too slow)
@@ -21,7 +21,7 @@ use std::time::Instant;
 use fireopal_abi::btl::Rank;
 use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::wire::handshake::{
+use fireopal_core::wire::tcp::handshake::{
     Challenge, HandshakeError, Hello, Proof, Role, Transcript, Verdict, NONCE_LEN,
 };
 

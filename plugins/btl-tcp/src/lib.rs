@@ -64,7 +64,7 @@ use fireopal_abi::btl::BtlComponentImpl;
 use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::param::ParamRegistrar;
 use fireopal_abi::{Availability, ComponentVersion, ErrorKind, PluginError};
-use fireopal_core::wire::address::{encode_addresses, AddressEntry, InterfaceName};
+use fireopal_core::wire::tcp::address::{encode_addresses, AddressEntry, InterfaceName};
 
 pub use module::TcpModule;
 

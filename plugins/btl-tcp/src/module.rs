@@ -15,8 +15,8 @@ use fireopal_abi::btl::{
 };
 use fireopal_abi::host::{Host, LogLevel, JOB_KEY_LEN};
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::wire::address::AddressEntry;
-use fireopal_core::wire::frame::{
+use fireopal_core::wire::tcp::address::AddressEntry;
+use fireopal_core::wire::tcp::frame::{
     FrameHeader, FrameKind, FrameLimits, GetRequest, PutHeader, RemoteKey, FRAME_HEADER_LEN,
 };
 
@@ -302,7 +302,7 @@ impl TcpModule {
                     if let Finish::PutAck { op_id, .. } = large.finish {
                         large.finish = Finish::PutAck {
                             op_id,
-                            status: fireopal_core::wire::frame::RdmaStatus::Deregistered,
+                            status: fireopal_core::wire::tcp::frame::RdmaStatus::Deregistered,
                         };
                     }
                 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use fireopal_abi::btl::{PeerAddress, Rank, Reachability};
 use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::wire::address::parse_addresses;
+use fireopal_core::wire::tcp::address::parse_addresses;
 
 use crate::conn::Phase;
 use crate::module::{io_error, Peer, PeerState, Target, TcpModule};

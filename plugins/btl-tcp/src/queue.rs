@@ -17,7 +17,7 @@ use fireopal_abi::btl::MemRegion;
 
 use crate::sys::{copy_from_region, Gather, MAX_IOV};
 #[cfg(doc)]
-use fireopal_core::wire::frame::PAYLOAD_ALIGN;
+use fireopal_core::wire::tcp::frame::PAYLOAD_ALIGN;
 
 /// A borrowed range of host memory at the end of an item.
 #[derive(Debug, Clone, Copy)]
@@ -45,8 +45,8 @@ const INLINE: usize = 128;
 
 // Longer headers would still be queued, through the heap.
 const _: () = {
-    use fireopal_core::wire::frame::{GetRequest, GetResponse, PutAck, PutHeader};
-    use fireopal_core::wire::frame::{FRAME_HEADER_LEN as F, PAYLOAD_ALIGN as P};
+    use fireopal_core::wire::tcp::frame::{GetRequest, GetResponse, PutAck, PutHeader};
+    use fireopal_core::wire::tcp::frame::{FRAME_HEADER_LEN as F, PAYLOAD_ALIGN as P};
     assert!(F + PutHeader::LEN + P - 1 <= INLINE);
     assert!(F + GetRequest::LEN <= INLINE);
     assert!(F + GetResponse::LEN + P - 1 <= INLINE);

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use fireopal_abi::btl::{Access, MemRegion, Rank, Registration};
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::wire::frame::{RdmaStatus, RemoteKey};
+use fireopal_core::wire::tcp::frame::{RdmaStatus, RemoteKey};
 
 use crate::sys::random_bytes;
 use crate::RankHash;

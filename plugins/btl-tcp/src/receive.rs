@@ -15,7 +15,7 @@
 
 use fireopal_abi::btl::{Access, EventSink, Rank};
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::wire::frame::{
+use fireopal_core::wire::tcp::frame::{
     FrameHeader, FrameKind, GetRequest, GetResponse, PutAck, PutHeader, RdmaStatus,
     FRAME_HEADER_LEN,
 };

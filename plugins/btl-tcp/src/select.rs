@@ -13,7 +13,7 @@
 //! one node) 2, any other pair of the same family and link 1 (routed);
 //! loopback with non-loopback, different families or links: never.
 
-use fireopal_core::wire::address::AddressEntry;
+use fireopal_core::wire::tcp::address::AddressEntry;
 
 /// How good a pair is; `None` when the two cannot talk.
 fn score(a: &AddressEntry, b: &AddressEntry, node_local: bool) -> Option<u8> {
@@ -83,7 +83,7 @@ pub(crate) fn partner(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fireopal_core::wire::address::InterfaceName;
+    use fireopal_core::wire::tcp::address::InterfaceName;
     use std::net::IpAddr;
 
     fn e(name: &str, ip: &str, prefix_len: u8, link: u8) -> AddressEntry {

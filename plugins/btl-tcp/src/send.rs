@@ -33,7 +33,7 @@ use std::io;
 
 use fireopal_abi::btl::Rank;
 use fireopal_abi::PluginError;
-use fireopal_core::wire::frame::PAYLOAD_ALIGN;
+use fireopal_core::wire::tcp::frame::PAYLOAD_ALIGN;
 
 use crate::align::piece_limit;
 use crate::conn::ConnId;

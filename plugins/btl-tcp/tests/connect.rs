@@ -140,7 +140,7 @@ fn each_link_is_its_own_module_and_connection() {
     let a0 = procs[0].modules[0].address().unwrap();
     assert_eq!(procs[0].modules[2].address().unwrap(), a0);
     assert_eq!(
-        fireopal_core::wire::address::parse_addresses(&a0)
+        fireopal_core::wire::tcp::address::parse_addresses(&a0)
             .unwrap()
             .len(),
         3

@@ -12,7 +12,7 @@ use common::*;
 use fireopal_abi::btl::{Completion, MemRegion, RdmaOp, SendiOutcome, Transport};
 use fireopal_abi::param::ParamValue;
 use fireopal_abi::ErrorKind;
-use fireopal_core::wire::frame::FrameHeader;
+use fireopal_core::wire::tcp::frame::FrameHeader;
 
 fn small_buffers(spec: JobSpec) -> JobSpec {
     spec.param("btl_tcp_sndbuf", ParamValue::Size(1 << 20))
@@ -77,7 +77,7 @@ fn a_stranger_sending_random_bytes_is_dropped_and_logged() {
 fn a_truncated_hello_is_dropped() {
     let mut procs = job(JobSpec::new(2));
     established(&mut procs);
-    let hello = fireopal_core::wire::handshake::Hello {
+    let hello = fireopal_core::wire::tcp::handshake::Hello {
         link: 0,
         from_rank: 1,
         to_rank: 0,
@@ -337,7 +337,7 @@ fn a_peer_whose_socket_closes_is_reported_once_and_its_operations_fail_once() {
     let mut local = vec![0u8; 4096];
     // SAFETY: `local` outlives the operation, which fails below.
     let region = unsafe { MemRegion::new(local.as_mut_ptr(), local.len()) };
-    let key = fireopal_core::wire::frame::RemoteKey { id: 1, secret: 2 }.encode();
+    let key = fireopal_core::wire::tcp::frame::RemoteKey { id: 1, secret: 2 }.encode();
     let get = RdmaOp {
         peer: 1,
         local: region,

@@ -128,7 +128,7 @@ fn attributes_and_addresses() {
         .flags
         .contains(fireopal_abi::btl::BtlFlags::PUT | fireopal_abi::btl::BtlFlags::GET));
     let addr = procs[0].m().address().unwrap();
-    let entries = fireopal_core::wire::address::parse_addresses(&addr).unwrap();
+    let entries = fireopal_core::wire::tcp::address::parse_addresses(&addr).unwrap();
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].ip.to_string(), "127.0.0.1");
     assert!(entries[0].loopback);

@@ -11,7 +11,7 @@ use common::*;
 use fireopal_abi::btl::{Access, Completion, MemRegion, RdmaOp, Transport};
 use fireopal_abi::param::ParamValue;
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::wire::frame::RemoteKey;
+use fireopal_core::wire::tcp::frame::RemoteKey;
 
 fn region(buf: &mut [u8]) -> MemRegion {
     // SAFETY: every buffer passed here outlives the operations and

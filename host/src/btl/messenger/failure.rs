@@ -12,7 +12,7 @@
 use std::fmt;
 
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::am::ReassemblyError;
+use fireopal_core::wire::am::ReassemblyError;
 
 /// How a peer failed, as far as this process can tell.
 ///

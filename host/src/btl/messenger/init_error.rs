@@ -5,7 +5,7 @@ use std::fmt;
 
 use fireopal_abi::btl::Rank;
 use fireopal_abi::PluginError;
-use fireopal_core::am::{EncodeError, ParseError};
+use fireopal_core::wire::am::{EncodeError, ParseError};
 
 use crate::bootstrap::{GetError, PutError, WireError};
 

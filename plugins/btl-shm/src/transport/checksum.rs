@@ -16,8 +16,8 @@ use fireopal_abi::host::LogLevel;
 use fireopal_abi::PluginError;
 use fireopal_core::checksum::Fletcher64;
 use fireopal_core::shmq::sum::{self, TRAILER};
-use fireopal_core::shmq::wire::Address;
 use fireopal_core::shmq::{Kind, Malformed};
+use fireopal_core::wire::shm::Address;
 
 use super::{Counters, Origin, Peer, State};
 use crate::mem::{self, View};

@@ -25,7 +25,7 @@ use fireopal_abi::btl::{PeerAddress, Rank};
 use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::shmq::layout::{HeaderExpect, Layout, CMA_READS, CMA_WORD, MAGIC};
-use fireopal_core::shmq::wire::{self, Address, RTS_LEN};
+use fireopal_core::wire::shm::{Address, FIN_LEN, RTS_LEN};
 
 use super::{checksum, Own, Pending, State, MAX_HEADER};
 use crate::mem::Mapping;
@@ -171,7 +171,7 @@ impl State {
         .map_err(|e| format!("segment header: {e}"))?;
         let trailer = checksum::trailer_len(self.cfg.checksum);
         if layout.fifo_data_capacity() < RTS_LEN + MAX_HEADER + trailer
-            || layout.fbox_data_capacity() < wire::FIN_LEN + trailer
+            || layout.fbox_data_capacity() < FIN_LEN + trailer
         {
             return Err("peer's queue slots are too small".into());
         }

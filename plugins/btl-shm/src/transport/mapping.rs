@@ -21,8 +21,8 @@ use fireopal_abi::btl::MemRegion;
 use fireopal_abi::PluginError;
 use fireopal_core::regcache;
 use fireopal_core::shmq::keyspace;
-use fireopal_core::shmq::wire::{SegmentRef, Unmap};
 use fireopal_core::shmq::Kind;
+use fireopal_core::wire::shm::{SegmentRef, Unmap};
 
 use super::{io_error, ShmTransport, State};
 use crate::buffer::{AdoptError, TransferBuffer};

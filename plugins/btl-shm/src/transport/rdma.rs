@@ -14,8 +14,8 @@
 use fireopal_abi::btl::{Access, Completion, RdmaOp};
 use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::shmq::wire::{GetRequest, RemoteKey};
 use fireopal_core::shmq::Kind;
+use fireopal_core::wire::shm::{GetRequest, RemoteKey};
 
 use super::{io_error, Pending, ShmTransport};
 use crate::mem::View;

@@ -27,11 +27,11 @@ use std::collections::VecDeque;
 use fireopal_abi::btl::{Access, Completion, EventSink, Rank};
 use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::shmq::wire::{
+use fireopal_core::shmq::{keyspace, seq_distance, seq_next, Kind, Malformed};
+use fireopal_core::wire::shm::{
     Fin, GetData, GetRequest, PutAck, PutData, Rts, Source, Status, Unmap, GET_DATA_LEN,
     PUT_DATA_LEN, RTS_LEN,
 };
-use fireopal_core::shmq::{keyspace, seq_distance, seq_next, Kind, Malformed};
 
 use super::{checksum, malformed, Origin, OwnedFrag, Pending, ShmTransport, State};
 use crate::mem::{self, View};

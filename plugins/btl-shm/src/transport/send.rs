@@ -23,8 +23,8 @@
 
 use fireopal_abi::btl::{Access, Completion, MemRegion, Rank};
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::shmq::wire::{GetData, PutData, Rts, Source, Status};
 use fireopal_core::shmq::{seq_next, Kind, Malformed};
+use fireopal_core::wire::shm::{GetData, PutData, Rts, Source, Status};
 
 use super::{
     checksum, io_error, malformed, Counters, Event, Peer, ShmTransport, State, MAX_HEADER,

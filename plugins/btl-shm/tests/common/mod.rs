@@ -25,7 +25,7 @@ use fireopal_btl_shm::{ShmComponent, ShmTransport, PARAM_CHECKSUM};
 use fireopal_conformance::host::fresh_job_key;
 use fireopal_conformance::{Recorder, TestHost};
 use fireopal_core::shmq::layout::{HeaderExpect, Layout, HEADER_LEN};
-use fireopal_core::shmq::wire::Address;
+use fireopal_core::wire::shm::Address;
 
 /// A host for rank `rank` of `size` processes, all on one node. With
 /// `SHM_TEST_CHECKSUM=yes` in the environment, `btl_shm_checksum` is on

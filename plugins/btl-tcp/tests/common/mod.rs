@@ -245,7 +245,7 @@ pub fn post(
 
 /// The listening socket of a module (its own entry of the address list).
 pub fn listen_addr(m: &TcpModule) -> std::net::SocketAddr {
-    let list = fireopal_core::wire::address::parse_addresses(&m.address().unwrap()).unwrap();
+    let list = fireopal_core::wire::tcp::address::parse_addresses(&m.address().unwrap()).unwrap();
     let e = m.my_entry().copied().unwrap();
     assert!(list.contains(&e));
     std::net::SocketAddr::new(e.ip, e.port)
@@ -310,7 +310,7 @@ pub fn fake_peer(
     me: Rank,
     key: &[u8; JOB_KEY_LEN],
 ) -> Result<std::net::TcpStream, String> {
-    use fireopal_core::wire::handshake::{Challenge, Hello, Proof, Role, Transcript, Verdict};
+    use fireopal_core::wire::tcp::handshake::{Challenge, Hello, Proof, Role, Transcript, Verdict};
     use std::io::Write;
     let addr = listen_addr(&procs[target].modules[0]);
     let mut s = std::net::TcpStream::connect(addr).unwrap();

@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use core::net::{IpAddr, Ipv4Addr};
-//! use fireopal_core::wire::address::{encode_addresses, parse_addresses, AddressEntry, InterfaceName};
+//! use fireopal_core::wire::tcp::address::{encode_addresses, parse_addresses, AddressEntry, InterfaceName};
 //!
 //! let lo = AddressEntry {
 //!     name: InterfaceName::new("lo").unwrap(),
@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::Reader;
+use crate::wire::Reader;
 
 /// First bytes of an address list.
 pub const ADDRESS_MAGIC: [u8; 4] = *b"FOTA";

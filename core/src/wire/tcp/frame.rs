@@ -28,7 +28,7 @@
 
 use core::fmt;
 
-use super::{Fields, Reader, Writer};
+use crate::wire::{Fields, Reader, Writer};
 
 /// Length of the fixed frame header.
 pub const FRAME_HEADER_LEN: usize = 16;

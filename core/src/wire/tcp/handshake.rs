@@ -27,8 +27,8 @@
 
 use core::fmt;
 
-use super::{Fields, Reader, Writer};
 use crate::auth::{tags_equal, HmacSha256, DIGEST_LEN};
+use crate::wire::{Fields, Reader, Writer};
 
 /// First bytes of every handshake message.
 pub const HANDSHAKE_MAGIC: [u8; 4] = *b"FOTH";

@@ -112,7 +112,7 @@ pub fn encode_directory(entries: &[DirectoryEntry<'_>]) -> Result<Vec<u8>, Encod
 /// Parses a directory published by a peer.
 ///
 /// ```
-/// use fireopal_core::am::{decode_directory, encode_directory, DirectoryEntry};
+/// use fireopal_core::wire::am::{decode_directory, encode_directory, DirectoryEntry};
 /// let e = DirectoryEntry { component: "tcp", index: 1, address: b"10.0.0.1:5000" };
 /// let bytes = encode_directory(&[e]).unwrap();
 /// assert_eq!(decode_directory(&bytes).unwrap(), [e]);

@@ -2,11 +2,11 @@
 //! addresses: fixed little-endian layouts, decoded with checks.
 //!
 //! Control messages travel as fast-box entries or queue fragments of the
-//! matching [`Kind`](super::Kind); their data starts with the fixed part
+//! matching [`Kind`](crate::shmq::Kind); their data starts with the fixed part
 //! below, followed (for rendezvous) by the active-message header or (for
 //! emulated RDMA) by the bytes moved.
 
-use super::{exact, fields, Malformed, RESERVED};
+use crate::shmq::{exact, fields, Malformed, RESERVED};
 use crate::wire::codec::{fixed, Fields, Reader, Writer};
 
 /// A segment as its owner describes it to a peer: enough for the peer to
@@ -98,7 +98,7 @@ pub struct Rts {
     pub len: u64,
     /// Where the payload is.
     pub source: Source,
-    /// The payload's checksum ([`super::sum::payload`]) when the two ends
+    /// The payload's checksum ([`crate::shmq::sum::payload`]) when the two ends
     /// use checksums.
     pub sum: Option<u64>,
 }
@@ -559,7 +559,7 @@ pub struct Address {
     /// take each other for neighbours.
     pub boot_id: [u8; 16],
     /// Whether the publisher puts checksums on what it writes and expects
-    /// them on what it reads ([`super::sum`]); peers that differ do not
+    /// them on what it reads ([`crate::shmq::sum`]); peers that differ do not
     /// talk over shared memory.
     pub checksum: bool,
 }
