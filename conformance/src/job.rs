@@ -208,13 +208,14 @@ impl<M: Transport> Job<M> {
 
     /// One pair to run a two-party case on: rank 0 and rank 1 if the job
     /// has two ranks, else rank 0 and itself.
-    pub fn pair(&self) -> Option<(usize, usize)> {
+    pub fn pair(&self) -> Result<(usize, usize), Failure> {
         let pairs = self.pairs();
         pairs
             .iter()
             .copied()
             .find(|&(a, b)| a == 0 && b == 1)
             .or_else(|| pairs.first().copied())
+            .ok_or_else(|| Failure("no pair of ranks reach each other".into()))
     }
 
     /// Calls every module's `progress` once; the events it reported.

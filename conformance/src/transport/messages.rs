@@ -180,9 +180,7 @@ pub(super) fn sizes<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failu
 /// error; none of them delivers anything.
 pub(super) fn limits<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
-    let Some((from, to)) = job.pair() else {
-        return Err(Failure("no pair of ranks reach each other".into()));
-    };
+    let (from, to) = job.pair()?;
     let a = job.procs[from].attributes;
     let p = &mut job.procs[from];
     if a.max_sendi_size < CAP {
@@ -257,9 +255,7 @@ pub(super) fn limits<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fail
 pub(super) fn sendi_order<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     const N: u64 = 3000;
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
-    let Some((from, to)) = job.pair() else {
-        return Err(Failure("no pair of ranks reach each other".into()));
-    };
+    let (from, to) = job.pair()?;
     let a = job.procs[from].attributes;
     let span = (2 * a.max_sendi_size)
         .clamp(64, 256 << 10)
@@ -332,9 +328,7 @@ pub(super) fn sendi_order<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome,
 pub(super) fn many_small<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     const N: u32 = 100_000;
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
-    let Some((a, b)) = job.pair() else {
-        return Err(Failure("no pair of ranks reach each other".into()));
-    };
+    let (a, b) = job.pair()?;
     let directions: Vec<(usize, usize)> = if a == b {
         vec![(a, b)]
     } else {
@@ -436,9 +430,7 @@ pub(super) fn all_to_all<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, 
 /// no failure for it.
 pub(super) fn remove_peer<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
-    let Some((from, to)) = job.pair() else {
-        return Err(Failure("no pair of ranks reach each other".into()));
-    };
+    let (from, to) = job.pair()?;
     let a = job.procs[from].attributes;
     let len = a.max_send_size.min(1 << 20) as usize;
     let payload = pattern(5, len);

@@ -88,13 +88,46 @@ fn local_registration<M: Transport>(
     Ok(Some(reg.id))
 }
 
+/// Where an operation goes: the peer, the address in its memory, and
+/// the remote key of the registration there.
+#[derive(Debug, Clone, Copy)]
+struct Remote<'k> {
+    peer: usize,
+    addr: u64,
+    key: &'k [u8],
+}
+
+/// `which` between `local` and `remote`, with the local registration the
+/// module wants made around it; the operation's status.
+fn transfer<M: Transport>(
+    job: &mut Job<M>,
+    from: usize,
+    which: Op,
+    local: &mut [u8],
+    remote: Remote<'_>,
+    cookie: u64,
+) -> Result<Result<(), PluginError>, Failure> {
+    let reg = local_registration(job, from, local)?;
+    let op = RdmaOp {
+        peer: remote.peer as Rank,
+        local: region(local),
+        local_registration: reg.unwrap_or(u64::MAX),
+        remote_addr: remote.addr,
+        remote_key: remote.key.into(),
+        cookie,
+    };
+    let status = rdma(job, from, which, &op)?;
+    if let Some(id) = reg {
+        let _ = job.procs[from].module.deregister_mem(id);
+    }
+    Ok(status)
+}
+
 /// `put` and `get` of 0 B to 4 MiB at odd offsets of a registered window
 /// move exactly the bytes asked for.
 pub(super) fn put_get<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
-    let Some((from, to)) = job.pair() else {
-        return Err(Failure("no pair of ranks reach each other".into()));
-    };
+    let (from, to) = job.pair()?;
     let flags = job.procs[from].attributes.flags;
     let (can_put, can_get) = (flags.contains(BtlFlags::PUT), flags.contains(BtlFlags::GET));
     if !can_put && !can_get {
@@ -123,6 +156,11 @@ pub(super) fn put_get<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fai
             )
         },
     )?;
+    let at = |offset: usize| Remote {
+        peer: to,
+        addr: base + offset as u64,
+        key: &key,
+    };
     let mut cookie = 0;
     for (offset, len) in [
         (0usize, 0usize),
@@ -135,20 +173,8 @@ pub(super) fn put_get<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fai
         let mut src = pattern(1000 + cookie, len);
         if can_put {
             cookie += 1;
-            let reg = local_registration(&mut job, from, &mut src)?;
-            let op = RdmaOp {
-                peer: to as Rank,
-                local: region(&mut src),
-                local_registration: reg.unwrap_or(u64::MAX),
-                remote_addr: base + offset as u64,
-                remote_key: key.as_slice().into(),
-                cookie,
-            };
-            rdma(&mut job, from, Op::Put, &op)?
+            transfer(&mut job, from, Op::Put, &mut src, at(offset), cookie)?
                 .map_err(|e| Failure(format!("put of {len} bytes at {offset}: {e}")))?;
-            if let Some(id) = reg {
-                let _ = job.procs[from].module.deregister_mem(id);
-            }
             model[offset..offset + len].copy_from_slice(&src);
             ensure(target == model, || {
                 format!("put of {len} bytes at {offset} wrote other bytes, or outside its range")
@@ -157,20 +183,8 @@ pub(super) fn put_get<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fai
         if can_get {
             cookie += 1;
             let mut back = vec![0u8; len];
-            let reg = local_registration(&mut job, from, &mut back)?;
-            let op = RdmaOp {
-                peer: to as Rank,
-                local: region(&mut back),
-                local_registration: reg.unwrap_or(u64::MAX),
-                remote_addr: base + offset as u64,
-                remote_key: key.as_slice().into(),
-                cookie,
-            };
-            rdma(&mut job, from, Op::Get, &op)?
+            transfer(&mut job, from, Op::Get, &mut back, at(offset), cookie)?
                 .map_err(|e| Failure(format!("get of {len} bytes at {offset}: {e}")))?;
-            if let Some(id) = reg {
-                let _ = job.procs[from].module.deregister_mem(id);
-            }
             ensure(back[..] == target[offset..offset + len], || {
                 format!("get of {len} bytes at {offset} read other bytes")
             })?;
@@ -193,9 +207,7 @@ pub(super) fn put_get<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fai
 /// single copy) cannot know of it, and the host never uses one.
 pub(super) fn checks<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
-    let Some((from, to)) = job.pair() else {
-        return Err(Failure("no pair of ranks reach each other".into()));
-    };
+    let (from, to) = job.pair()?;
     let flags = job.procs[from].attributes.flags;
     if !flags.contains(BtlFlags::PUT) {
         return Ok(Outcome::NotApplicable("the module offers no put".into()));
@@ -229,19 +241,19 @@ pub(super) fn checks<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fail
         ),
     ];
     for (i, (what, key, addr, len)) in tries.into_iter().enumerate() {
-        let reg = local_registration(&mut job, from, &mut src[..len])?;
-        let op = RdmaOp {
-            peer: to as Rank,
-            local: region(&mut src[..len]),
-            local_registration: reg.unwrap_or(u64::MAX),
-            remote_addr: addr,
-            remote_key: key.into(),
-            cookie: 100 + i as u64,
+        let remote = Remote {
+            peer: to,
+            addr,
+            key,
         };
-        let status = rdma(&mut job, from, Op::Put, &op)?;
-        if let Some(id) = reg {
-            let _ = job.procs[from].module.deregister_mem(id);
-        }
+        let status = transfer(
+            &mut job,
+            from,
+            Op::Put,
+            &mut src[..len],
+            remote,
+            100 + i as u64,
+        )?;
         ensure(status.is_err(), || format!("a put with {what} succeeded"))?;
         ensure(readable.iter().all(|&b| b == 0xee), || {
             format!("a put with {what} changed the target's memory")
@@ -250,20 +262,13 @@ pub(super) fn checks<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fail
     // The module is still usable after the refusals.
     if flags.contains(BtlFlags::GET) {
         let mut back = vec![0u8; 64];
-        let reg = local_registration(&mut job, from, &mut back)?;
-        let op = RdmaOp {
-            peer: to as Rank,
-            local: region(&mut back),
-            local_registration: reg.unwrap_or(u64::MAX),
-            remote_addr: r_base,
-            remote_key: read_only.remote_key.as_slice().into(),
-            cookie: 200,
+        let remote = Remote {
+            peer: to,
+            addr: r_base,
+            key: &read_only.remote_key,
         };
-        rdma(&mut job, from, Op::Get, &op)?
+        transfer(&mut job, from, Op::Get, &mut back, remote, 200)?
             .map_err(|e| Failure(format!("a get after the refusals: {e}")))?;
-        if let Some(id) = reg {
-            let _ = job.procs[from].module.deregister_mem(id);
-        }
         ensure(back.iter().all(|&b| b == 0xee), || {
             "a get read other bytes".into()
         })?;
@@ -277,9 +282,7 @@ pub(super) fn checks<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Fail
 /// completes once.
 pub(super) fn in_place<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome, Failure> {
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
-    let Some((from, to)) = job.pair() else {
-        return Err(Failure("no pair of ranks reach each other".into()));
-    };
+    let (from, to) = job.pair()?;
     let a = job.procs[from].attributes;
     if !a.flags.contains(BtlFlags::SEND_IN_PLACE) {
         return Ok(Outcome::NotApplicable(
