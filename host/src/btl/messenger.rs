@@ -190,7 +190,9 @@ struct Route {
     modules: Vec<usize>,
     /// All modules reaching it, best first (for reports).
     candidates: Vec<usize>,
-    failed: Option<PeerFailure>,
+    /// Boxed: every send reads this route, and the cold failure record
+    /// would otherwise spread it over more cache lines.
+    failed: Option<Box<PeerFailure>>,
 }
 
 /// A send split into several module operations.
@@ -455,7 +457,7 @@ impl Messenger {
         if let Some(failure) = &route.failed {
             return Err(SendError::PeerFailed {
                 peer,
-                failure: failure.clone(),
+                failure: PeerFailure::clone(failure),
             });
         }
         route
@@ -663,8 +665,9 @@ impl Messenger {
                 Err(e) => {
                     // The peer now holds a partial message; it is unusable.
                     if let Some(r) = self.routes.get_mut(peer as usize) {
-                        r.failed
-                            .get_or_insert_with(|| PeerFailure::FragmentedSend(e.clone()));
+                        r.failed.get_or_insert_with(|| {
+                            Box::new(PeerFailure::FragmentedSend(e.clone()))
+                        });
                     }
                     result = Err(SendError::Module(e));
                     break;
@@ -766,7 +769,7 @@ impl Messenger {
 
     /// Why `peer` failed, if it did.
     pub fn peer_failed(&self, peer: Rank) -> Option<&PeerFailure> {
-        self.routes.get(peer as usize)?.failed.as_ref()
+        self.routes.get(peer as usize)?.failed.as_deref()
     }
 }
 
@@ -829,7 +832,7 @@ impl Sink<'_> {
     fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
         if let Some(r) = self.routes.get_mut(peer as usize) {
             if r.failed.is_none() {
-                r.failed = Some(failure.clone());
+                r.failed = Some(Box::new(failure.clone()));
                 self.failures.push((peer, failure));
             }
         }

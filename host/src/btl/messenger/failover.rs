@@ -235,7 +235,7 @@ impl Messenger {
                             index,
                             error: error.clone(),
                         };
-                        route.failed = Some(failure.clone());
+                        route.failed = Some(Box::new(failure.clone()));
                         self.failures.push((peer, failure));
                     }
                 }
