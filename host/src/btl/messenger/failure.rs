@@ -238,7 +238,10 @@ mod tests {
         );
         assert_eq!(failures[0].1.kind(), FailureKind::ProtocolViolation);
         assert_eq!(failures[1].1.kind(), FailureKind::ProtocolViolation);
-        assert_eq!(routes[1].failed, Some(PeerFailure::Transport(bad_frame)));
+        assert_eq!(
+            routes[1].failed,
+            Some(Box::new(PeerFailure::Transport(bad_frame)))
+        );
         assert_eq!(routes[0].failed, None);
     }
 }
