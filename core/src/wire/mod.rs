@@ -7,6 +7,8 @@
 //!
 //! - [`am`]: the active-message layer's address directory and fragment
 //!   header, which every transport carries;
+//! - [`p2p`]: the tagged point-to-point protocol's eager, rendezvous and
+//!   flow-control messages;
 //! - [`tcp`]: the tcp transport's handshake, frames and addresses;
 //! - [`shm`]: the shm transport's published address and control messages
 //!   (rendezvous, completion, unmap notices, mapped-segment keys), whose
@@ -19,6 +21,7 @@
 
 pub mod am;
 pub(crate) mod codec;
+pub mod p2p;
 pub mod shm;
 pub mod tcp;
 
