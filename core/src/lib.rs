@@ -17,6 +17,8 @@
 //!   holds the job key;
 //! - [`wire`]: typed, checked views of the bytes processes exchange, one
 //!   folder per protocol (`am`, `tcp`, `shm`) over one codec;
+//! - [`p2p`]: the I/O-free matching engine of tagged point-to-point
+//!   messages (MPI receive matching, per-sender order);
 //! - [`id_hash`]: a cheap hasher for maps keyed by ids this process
 //!   chooses.
 #![no_std]
@@ -38,6 +40,7 @@ pub mod copy;
 mod cpu;
 pub mod group;
 pub mod id_hash;
+pub mod p2p;
 pub mod regcache;
 pub mod shmq;
 pub mod wire;

@@ -1,0 +1,461 @@
+//! The matching engine: posted receives, unexpected and held messages, and
+//! the per-stream sequence numbers that keep each sender's messages in
+//! order. The [module documentation](super) gives the rules and costs.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use hashbrown::HashMap;
+
+use super::error::{ArrivalError, ConfigError, Rejected, RetireError, StreamError};
+use super::events::{Arrival, Counts, Event, MatchConfig, Message, PostId, Posted, SourceFailure};
+use super::list::{Link, Slab};
+use super::state::{
+    deliver, first_unexpected, remove_msg, remove_unexpected, unlink_post, Context, Held, PostNode,
+    Store, Tally, HALF,
+};
+use super::{ContextId, Envelope, RecvSpec, Source, Tag};
+
+/// The matching engine of one process; see the [module
+/// documentation](super). `R` is the caller's receive handle, `M` its
+/// message handle; the engine moves them and never looks inside.
+pub struct MatchEngine<R, M> {
+    config: MatchConfig,
+    contexts: HashMap<ContextId, Context<M>>,
+    store: Store<R, M>,
+    next_stamp: u64,
+}
+
+impl<R, M> fmt::Debug for MatchEngine<R, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MatchEngine")
+            .field("config", &self.config)
+            .field("contexts", &self.contexts.len())
+            .field("counts", &self.counts())
+            .finish()
+    }
+}
+
+impl<R, M> Default for MatchEngine<R, M> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R, M> MatchEngine<R, M> {
+    /// An empty engine with the default [`MatchConfig`].
+    pub fn new() -> Self {
+        MatchEngine {
+            config: MatchConfig::default(),
+            contexts: HashMap::new(),
+            store: Store {
+                posts: Slab::default(),
+                msgs: Slab::default(),
+                tally: Tally::default(),
+            },
+            next_stamp: 0,
+        }
+    }
+
+    /// An empty engine with these limits.
+    pub fn with_config(config: MatchConfig) -> Result<Self, ConfigError> {
+        if config.max_ahead >= HALF {
+            return Err(ConfigError::WindowTooLarge(config.max_ahead));
+        }
+        let mut engine = Self::new();
+        engine.config = config;
+        Ok(engine)
+    }
+
+    /// The engine's limits.
+    pub fn config(&self) -> MatchConfig {
+        self.config
+    }
+
+    /// Posts a receive: it takes the earliest-arrived unexpected message
+    /// that matches `spec`, or else is queued behind the receives posted
+    /// before it. `O(1)` expected for every shape of `spec`.
+    pub fn post(&mut self, spec: RecvSpec, req: R) -> Posted<R, M> {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let ctx = self.contexts.entry(spec.context).or_default();
+        if let Source::Rank(s) = spec.source {
+            if ctx.streams.get(&s).is_some_and(|st| st.failed) {
+                return Posted::SourceFailed(req);
+            }
+        }
+        if let Some(idx) = first_unexpected(ctx, spec) {
+            if let Some(message) = remove_unexpected(ctx, &mut self.store, idx) {
+                return Posted::Matched { req, message };
+            }
+        }
+        let store = &mut self.store;
+        let idx = store.posts.insert(PostNode {
+            spec,
+            stamp,
+            req,
+            link: [Link::UNLINKED],
+        });
+        let bins = &mut ctx.bins;
+        let list = match (spec.source, spec.tag) {
+            (Source::Rank(s), Tag::Tag(t)) => &mut bins.exact.entry((s, t)).or_default().posted,
+            (Source::Any, Tag::Tag(t)) => {
+                bins.any_source_posts += 1;
+                &mut bins.by_tag.entry(t).or_default().posted
+            }
+            (Source::Rank(s), Tag::Any) => &mut ctx.streams.entry(s).or_default().bin.posted,
+            (Source::Any, Tag::Any) => &mut bins.any.posted,
+        };
+        list.push_back(&mut store.posts, idx, 0);
+        bins.tally.posted += 1;
+        store.tally.posted += 1;
+        Posted::Queued(PostId { idx, stamp })
+    }
+
+    /// Hands the engine a message that arrived with sequence number `seq`
+    /// on its (source, context) stream; `bytes` is its size as the caller
+    /// counts it (the unexpected-bytes total adds it up).
+    ///
+    /// If `seq` is the next number of the stream, the message, then every
+    /// held message that now follows without a gap, goes to matching: each
+    /// matches the earliest-posted receive that accepts it or is stored as
+    /// unexpected, and one [`Event`] per message is appended to `out`
+    /// (pass a `Vec` kept between calls to avoid allocating). If `seq` is
+    /// ahead, the message is held and `out` is untouched. `O(1)` expected
+    /// per message, `O(1 + released)` per call.
+    ///
+    /// # Errors
+    ///
+    /// A refused message (see [`ArrivalError`]) comes back inside
+    /// [`Rejected`]; the engine is unchanged.
+    pub fn arrive<E>(
+        &mut self,
+        envelope: Envelope,
+        seq: u32,
+        msg: M,
+        bytes: usize,
+        out: &mut E,
+    ) -> Result<Arrival, Rejected<M>>
+    where
+        E: Extend<Event<R, M>>,
+    {
+        let config = self.config;
+        let store = &mut self.store;
+        let Context { bins, streams } = self.contexts.entry(envelope.context).or_default();
+        let stream = streams.entry(envelope.source).or_default();
+        let expected = stream.expected;
+        let ahead = seq.wrapping_sub(expected);
+        let refusal = if stream.failed {
+            Some(ArrivalError::SourceFailed)
+        } else if ahead == 0 {
+            None
+        } else if ahead >= HALF {
+            Some(ArrivalError::Stale { seq, expected })
+        } else if ahead > config.max_ahead {
+            Some(ArrivalError::TooFarAhead { seq, expected })
+        } else if stream.held.contains_key(&seq) {
+            Some(ArrivalError::DuplicateHeld { seq })
+        } else if store.tally.held >= config.max_held {
+            Some(ArrivalError::HeldLimit)
+        } else {
+            let tag = envelope.tag;
+            stream.held.insert(seq, Held { tag, msg, bytes });
+            for t in [&mut store.tally, &mut bins.tally] {
+                t.held += 1;
+                t.held_bytes += bytes as u128;
+            }
+            return Ok(Arrival::Held);
+        };
+        if let Some(error) = refusal {
+            // Leave no state behind for a stream (or context) that only
+            // ever saw refused messages.
+            if stream.is_pristine() {
+                streams.remove(&envelope.source);
+                if streams.is_empty() && bins.is_empty() {
+                    self.contexts.remove(&envelope.context);
+                }
+            }
+            return Err(Rejected {
+                error,
+                envelope,
+                msg,
+            });
+        }
+        stream.expected = seq.wrapping_add(1);
+        out.extend(Some(deliver(
+            bins,
+            &mut stream.bin,
+            store,
+            envelope,
+            msg,
+            bytes,
+        )));
+        let mut released = 0;
+        while !stream.held.is_empty() {
+            let Some(h) = stream.held.remove(&stream.expected) else {
+                break;
+            };
+            stream.expected = stream.expected.wrapping_add(1);
+            for t in [&mut store.tally, &mut bins.tally] {
+                t.held -= 1;
+                t.held_bytes -= h.bytes as u128;
+            }
+            let env = Envelope {
+                tag: h.tag,
+                ..envelope
+            };
+            out.extend(Some(deliver(
+                bins,
+                &mut stream.bin,
+                store,
+                env,
+                h.msg,
+                h.bytes,
+            )));
+            released += 1;
+        }
+        Ok(Arrival::Delivered { released })
+    }
+
+    /// The unexpected message the next receive posted with `spec` would
+    /// match (`MPI_Iprobe`), left in place. Held messages are not seen.
+    /// `O(1)` expected.
+    pub fn probe(&self, spec: RecvSpec) -> Option<Message<&M>> {
+        let ctx = self.contexts.get(&spec.context)?;
+        let node = self.store.msgs.get(first_unexpected(ctx, spec)?)?;
+        Some(Message {
+            envelope: node.env,
+            msg: &node.msg,
+            bytes: node.bytes,
+        })
+    }
+
+    /// Removes and returns the message [`probe`](Self::probe) would show
+    /// (`MPI_Improbe`: the caller then receives it with `MPI_Mrecv`, and no
+    /// other receive can take it). A failed source's messages are gone
+    /// already, so this never names one. `O(1)` expected.
+    pub fn take(&mut self, spec: RecvSpec) -> Option<Message<M>> {
+        let ctx = self.contexts.get_mut(&spec.context)?;
+        let idx = first_unexpected(ctx, spec)?;
+        remove_unexpected(ctx, &mut self.store, idx)
+    }
+
+    /// Takes a queued receive out (`MPI_Cancel` of a receive not yet
+    /// matched) and hands it back; `None` if it was matched, cancelled or
+    /// failed already. `O(1)` expected.
+    pub fn cancel(&mut self, id: PostId) -> Option<R> {
+        let spec = match self.store.posts.get(id.idx) {
+            Some(node) if node.stamp == id.stamp => node.spec,
+            _ => return None,
+        };
+        let ctx = self.contexts.get_mut(&spec.context)?;
+        let store = &mut self.store;
+        unlink_post(ctx, &mut store.posts, id.idx, spec);
+        let node = store.posts.remove(id.idx)?;
+        ctx.bins.tally.posted -= 1;
+        store.tally.posted -= 1;
+        Some(node.req)
+    }
+
+    /// Fails `source` on `context`: takes out its unexpected and held
+    /// messages and the queued receives that name it, and remembers the
+    /// failure (later messages from it are refused, later receives naming
+    /// it answer [`Posted::SourceFailed`]) until the context is retired.
+    /// Receives on [`Source::Any`] stay. `O(k + e)` for `k` items taken out
+    /// and `e` exact bins of the context. Call it once per context the
+    /// failed process belongs to, with its rank in each.
+    pub fn fail_source(&mut self, context: ContextId, source: u32) -> SourceFailure<R, M> {
+        let store = &mut self.store;
+        let Context { bins, streams } = self.contexts.entry(context).or_default();
+        let stream = streams.entry(source).or_default();
+        stream.failed = true;
+
+        // Receives: the source's any-tag bin, then its exact bins.
+        let mut idxs: Vec<usize> = stream.bin.posted.iter(&store.posts, 0).collect();
+        for idx in &idxs {
+            stream.bin.posted.unlink(&mut store.posts, *idx, 0);
+        }
+        let keys: Vec<(u32, i32)> = bins
+            .exact
+            .iter()
+            .filter(|(k, b)| k.0 == source && !b.posted.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            if let Some(mut bin) = bins.exact.remove(&key) {
+                for idx in bin.posted.iter(&store.posts, 0).collect::<Vec<_>>() {
+                    bin.posted.unlink(&mut store.posts, idx, 0);
+                    idxs.push(idx);
+                }
+                // A bin with posted receives holds no unexpected message
+                // (it would have matched one), so nothing is lost here.
+                debug_assert!(bin.unexpected.is_empty());
+            }
+        }
+        let mut receives: Vec<(PostId, R)> = idxs
+            .into_iter()
+            .filter_map(|idx| {
+                store.posts.remove(idx).map(|n| {
+                    (
+                        PostId {
+                            idx,
+                            stamp: n.stamp,
+                        },
+                        n.req,
+                    )
+                })
+            })
+            .collect();
+        receives.sort_unstable_by_key(|(id, _)| id.stamp);
+        bins.tally.posted -= receives.len();
+        store.tally.posted -= receives.len();
+
+        // Unexpected messages, oldest first.
+        let mut messages = Vec::new();
+        while let Some(idx) = stream.bin.unexpected.head() {
+            match remove_msg(bins, &mut stream.bin, store, idx) {
+                Some(m) => messages.push(m),
+                None => break,
+            }
+        }
+
+        // Held messages, in sequence order.
+        let expected = stream.expected;
+        let mut held: Vec<(u32, Held<M>)> = stream.held.drain().collect();
+        held.sort_unstable_by_key(|(seq, _)| seq.wrapping_sub(expected));
+        for (_, h) in held {
+            for t in [&mut store.tally, &mut bins.tally] {
+                t.held -= 1;
+                t.held_bytes -= h.bytes as u128;
+            }
+            messages.push(Message {
+                envelope: Envelope {
+                    context,
+                    source,
+                    tag: h.tag,
+                },
+                msg: h.msg,
+                bytes: h.bytes,
+            });
+        }
+        SourceFailure { receives, messages }
+    }
+
+    /// Whether `source` was failed on `context` (and the context not
+    /// retired since).
+    pub fn source_failed(&self, context: ContextId, source: u32) -> bool {
+        self.contexts
+            .get(&context)
+            .and_then(|c| c.streams.get(&source))
+            .is_some_and(|s| s.failed)
+    }
+
+    /// Forgets `context`: its streams' sequence numbers (they start again
+    /// at 0) and failed sources. An unknown context is already forgotten.
+    ///
+    /// # Errors
+    ///
+    /// [`RetireError::Busy`] while the context has queued receives,
+    /// unexpected or held messages; nothing changes.
+    pub fn retire_context(&mut self, context: ContextId) -> Result<(), RetireError> {
+        let Some(ctx) = self.contexts.get(&context) else {
+            return Ok(());
+        };
+        let t = &ctx.bins.tally;
+        if t.posted != 0 || t.unexpected != 0 || t.held != 0 {
+            return Err(RetireError::Busy {
+                context,
+                posted: t.posted,
+                unexpected: t.unexpected,
+                held: t.held,
+            });
+        }
+        self.contexts.remove(&context);
+        Ok(())
+    }
+
+    /// The sequence number `source`'s next message on `context` must carry
+    /// to be matched at once.
+    pub fn next_seq(&self, context: ContextId, source: u32) -> u32 {
+        self.contexts
+            .get(&context)
+            .and_then(|c| c.streams.get(&source))
+            .map_or(0, |s| s.expected)
+    }
+
+    /// Makes `seq` the number `source`'s next message on `context` must
+    /// carry: a stream may start from any number agreed with its sender (a
+    /// random start catches a sender that mixes up its streams).
+    ///
+    /// # Errors
+    ///
+    /// Refused while the stream holds messages, or after its source
+    /// failed; nothing changes.
+    pub fn set_next_seq(
+        &mut self,
+        context: ContextId,
+        source: u32,
+        seq: u32,
+    ) -> Result<(), StreamError> {
+        let stream = self
+            .contexts
+            .entry(context)
+            .or_default()
+            .streams
+            .entry(source)
+            .or_default();
+        if stream.failed {
+            return Err(StreamError::SourceFailed);
+        }
+        if !stream.held.is_empty() {
+            return Err(StreamError::Held {
+                held: stream.held.len(),
+            });
+        }
+        stream.expected = seq;
+        Ok(())
+    }
+
+    /// What the whole engine holds.
+    pub fn counts(&self) -> Counts {
+        self.store.tally.counts()
+    }
+
+    /// What one context holds (all zero for an unknown one).
+    pub fn context_counts(&self, context: ContextId) -> Counts {
+        self.contexts
+            .get(&context)
+            .map_or_else(Counts::default, |c| c.bins.tally.counts())
+    }
+
+    /// Queued receives.
+    pub fn posted(&self) -> usize {
+        self.store.tally.posted
+    }
+
+    /// Unexpected messages stored (held ones not included).
+    pub fn unexpected(&self) -> usize {
+        self.store.tally.unexpected
+    }
+
+    /// Sum of the `bytes` of the unexpected messages (saturated).
+    pub fn unexpected_bytes(&self) -> u64 {
+        self.counts().unexpected_bytes
+    }
+
+    /// Messages held out of order.
+    pub fn held(&self) -> usize {
+        self.store.tally.held
+    }
+
+    /// Contexts the engine keeps state for.
+    pub fn contexts(&self) -> usize {
+        self.contexts.len()
+    }
+
+    /// The engine's state, for the invariant checks of the unit tests.
+    #[cfg(test)]
+    pub(super) fn state(&self) -> (&HashMap<ContextId, Context<M>>, &Store<R, M>) {
+        (&self.contexts, &self.store)
+    }
+}
