@@ -15,7 +15,8 @@
 //!
 //! Each iteration resolves a batch of 1024 pseudo-random ranks
 //! (independent lookups); the figure per lookup is the iteration time
-//! divided by 1024. The representation, depth and bytes of every group are
+//! divided by 1024. `group_members` then resolves every member in order,
+//! by the walk of `Group::members` and by one `lookup` per rank. The representation, depth and bytes of every group are
 //! printed first.
 //!
 //! Run: `cargo bench -p fireopal-core --bench group -- --measurement-time 3`
@@ -112,9 +113,9 @@ fn own_chains(rng: &mut Rng, out: &mut Vec<Case>) {
     for step in 0..4 {
         let n = g.size();
         let triplet = if step % 2 == 0 {
-            RankRange::new(0, n - 2 + n % 2, 2)
+            RankRange::new(0, n as i32 - 1, 2)
         } else {
-            RankRange::new(n - 1, 0, -1)
+            RankRange::new(n as i32 - 1, 0, -1)
         };
         g = g.range_incl(&[triplet]).unwrap();
     }
@@ -155,11 +156,11 @@ fn kept_chain(rng: &mut Rng) -> Group {
     let bitmap = world.incl(&rng.subset(world.size(), 90)).unwrap();
     let n = bitmap.size();
     let strided = bitmap
-        .range_incl(&[RankRange::new(0, n - 2 + n % 2, 2)])
+        .range_incl(&[RankRange::new(0, n as i32 - 1, 2)])
         .unwrap();
     let keep: Vec<u32> = (0..strided.size()).filter(|r| r % 1024 >= 64).collect();
     let runs = strided.incl(&keep).unwrap();
-    runs.range_incl(&[RankRange::new(runs.size() - 1, 0, -1)])
+    runs.range_incl(&[RankRange::new(runs.size() as i32 - 1, 0, -1)])
         .unwrap()
 }
 
@@ -241,6 +242,26 @@ fn bench_lookup(c: &mut Criterion) {
         });
     }
     rank_of.finish();
+
+    // Every member in order: the walk of `members` against a `lookup` per
+    // rank (what a communicator's rank table cost before the walk).
+    let mut walk = c.benchmark_group("group_members");
+    for case in &all {
+        let g = &case.group;
+        walk.throughput(Throughput::Elements(u64::from(g.size())));
+        let id = BenchmarkId::new(format!("{}/walk", case.name), case.chain);
+        walk.bench_function(id, |b| {
+            b.iter(|| black_box(g).members().fold(0u32, |acc, w| acc ^ w))
+        });
+        let id = BenchmarkId::new(format!("{}/lookup", case.name), case.chain);
+        walk.bench_function(id, |b| {
+            b.iter(|| {
+                let g = black_box(g);
+                (0..g.size()).fold(0u32, |acc, r| acc ^ g.lookup(r).unwrap_or(0))
+            })
+        });
+    }
+    walk.finish();
 }
 
 criterion_group! {

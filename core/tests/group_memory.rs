@@ -58,11 +58,12 @@ struct Case {
 }
 
 fn every_other(w: &Group) -> Group {
-    w.range_incl(&[RankRange::new(0, w.size() - 2, 2)]).unwrap()
+    w.range_incl(&[RankRange::new(0, w.size() as i32 - 2, 2)])
+        .unwrap()
 }
 
 fn first_half(w: &Group) -> Group {
-    w.range_incl(&[RankRange::new(0, w.size() / 2 - 1, 1)])
+    w.range_incl(&[RankRange::new(0, w.size() as i32 / 2 - 1, 1)])
         .unwrap()
 }
 
@@ -71,7 +72,7 @@ fn random_one_percent(w: &Group) -> Group {
 }
 
 fn reversed(w: &Group) -> Group {
-    w.range_incl(&[RankRange::new(w.size() - 1, 0, -1)])
+    w.range_incl(&[RankRange::new(w.size() as i32 - 1, 0, -1)])
         .unwrap()
 }
 

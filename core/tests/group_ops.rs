@@ -195,22 +195,31 @@ fn range_incl_refuses_bad_triplets() {
             size: 10
         }
     );
-    // `last` past the group is refused even when the stride would skip it.
+    // `last` past the group is fine, but not a computed rank past it.
     assert_eq!(
         w.range_incl(&[RankRange::new(0, 12, 5)]).unwrap_err(),
         RangeError::OutOfRange {
             triplet: 0,
-            rank: 12,
+            rank: 10,
             size: 10
         }
     );
     assert_eq!(
-        w.range_incl(&[RankRange::new(2, 8, -1)]).unwrap_err(),
-        RangeError::WrongDirection { triplet: 0 }
+        w.range_incl(&[RankRange::new(1, -3, -1)]).unwrap_err(),
+        RangeError::OutOfRange {
+            triplet: 0,
+            rank: -1,
+            size: 10
+        }
     );
     assert_eq!(
-        w.range_incl(&[RankRange::new(8, 2, 3)]).unwrap_err(),
-        RangeError::WrongDirection { triplet: 0 }
+        w.range_incl(&[RankRange::new(0, 2, 1), RankRange::new(-4, 0, 2)])
+            .unwrap_err(),
+        RangeError::OutOfRange {
+            triplet: 1,
+            rank: -4,
+            size: 10
+        }
     );
     assert_eq!(
         w.range_incl(&[RankRange::new(0, 9, 3), RankRange::new(7, 5, -1)])
@@ -220,9 +229,84 @@ fn range_incl_refuses_bad_triplets() {
             rank: 6
         }
     );
+    // Overlap within one triplet cannot happen, across two it can.
     assert_eq!(
-        w.range_incl(&[RankRange::new(0, 9, i32::MIN)]).unwrap_err(),
-        RangeError::WrongDirection { triplet: 0 }
+        w.range_incl(&[RankRange::new(9, 0, -3), RankRange::new(0, 0, 1)])
+            .unwrap_err(),
+        RangeError::Duplicate {
+            triplet: 1,
+            rank: 0
+        }
+    );
+}
+
+#[test]
+fn range_triplets_follow_mpi_computed_ranks_only() {
+    // MPI 4.0 §7.3.2: only the ranks a triplet computes must be valid.
+    let one = world(1);
+    let g = one.range_incl(&[RankRange::new(0, 1, 2)]).unwrap();
+    assert_eq!(members(&g), [0]);
+    assert_eq!(
+        one.range_excl(&[RankRange::new(0, 1, 2)]).unwrap().size(),
+        0
+    );
+    let w = world(10);
+    // `last` past the group, skipped by the stride.
+    assert_eq!(
+        members(&w.range_incl(&[RankRange::new(1, 12, 4)]).unwrap()),
+        [1, 5, 9]
+    );
+    // A negative `last`, skipped by a negative stride.
+    assert_eq!(
+        members(&w.range_incl(&[RankRange::new(8, -1, -4)]).unwrap()),
+        [8, 4, 0]
+    );
+    assert_eq!(
+        members(&w.range_incl(&[RankRange::new(9, -1, -6)]).unwrap()),
+        [9, 3]
+    );
+    // A stride past `last` in either direction computes `first` alone.
+    assert_eq!(
+        members(&w.range_incl(&[RankRange::new(0, 9, i32::MAX)]).unwrap()),
+        [0]
+    );
+    assert_eq!(
+        members(&w.range_incl(&[RankRange::new(9, 0, i32::MIN)]).unwrap()),
+        [9]
+    );
+    // `first` beyond `last` in the stride's direction computes nothing,
+    // wherever the two lie.
+    for empty in [
+        RankRange::new(2, 8, -1),
+        RankRange::new(8, 2, 3),
+        RankRange::new(50, -50, 1),
+        RankRange::new(-50, 50, -1),
+        RankRange::new(i32::MAX, i32::MIN, 1),
+    ] {
+        let g = w
+            .range_incl(&[RankRange::new(3, 3, 1), empty, RankRange::new(5, 6, 1)])
+            .unwrap();
+        assert_eq!(members(&g), [3, 5, 6], "{empty:?}");
+        let g = w.range_excl(&[empty]).unwrap();
+        assert_eq!(g.compare(&w), Comparison::Identical, "{empty:?}");
+    }
+    // Even over the empty group.
+    assert_eq!(
+        Group::empty()
+            .range_incl(&[RankRange::new(4, 0, 1)])
+            .unwrap()
+            .size(),
+        0
+    );
+    assert_eq!(
+        Group::empty()
+            .range_incl(&[RankRange::new(0, 0, 1)])
+            .unwrap_err(),
+        RangeError::OutOfRange {
+            triplet: 0,
+            rank: 0,
+            size: 0
+        }
     );
 }
 
@@ -260,8 +344,13 @@ fn range_excl_refuses_bad_triplets() {
         }
     );
     assert_eq!(
-        w.range_excl(&[RankRange::new(5, 4, 1)]).unwrap_err(),
-        RangeError::WrongDirection { triplet: 0 }
+        w.range_excl(&[RankRange::new(3, 2, 1), RankRange::new(-1, -1, 1)])
+            .unwrap_err(),
+        RangeError::OutOfRange {
+            triplet: 1,
+            rank: -1,
+            size: 10
+        }
     );
     assert_eq!(
         w.range_excl(&[RankRange::new(1, 3, 1), RankRange::new(3, 3, 1)])
@@ -394,11 +483,19 @@ fn compare_tells_identical_similar_and_unequal() {
     assert_eq!(e1.compare(&e2), Comparison::Identical);
     assert_eq!(e1.compare(&a), Comparison::Unequal);
     assert_eq!(a.compare(&e1), Comparison::Unequal);
+    // Empty groups are all MPI_GROUP_EMPTY, whatever world they came from.
     assert_eq!(
         world(5)
             .incl(&[])
             .unwrap()
             .compare(&world(6).incl(&[]).unwrap()),
+        Comparison::Identical
+    );
+    assert_eq!(
+        world(5)
+            .incl(&[1])
+            .unwrap()
+            .compare(&world(6).incl(&[1]).unwrap()),
         Comparison::Unequal
     );
 }
@@ -508,8 +605,19 @@ fn groups_can_be_shared_across_threads() {
 fn errors_read_well() {
     let text = RankListError::Duplicate { index: 2, rank: 7 }.to_string();
     assert!(text.contains('7') && text.contains("twice"), "{text}");
-    let text = RangeError::WrongDirection { triplet: 3 }.to_string();
-    assert!(text.contains("triplet 3"), "{text}");
+    let text = RangeError::OutOfRange {
+        triplet: 3,
+        rank: -2,
+        size: 9,
+    }
+    .to_string();
+    assert!(text.contains("triplet 3") && text.contains("-2"), "{text}");
+    let text = TranslateError::OutputLength {
+        expected: 4,
+        given: 3,
+    }
+    .to_string();
+    assert!(text.contains('4') && text.contains('3'), "{text}");
     let text = TranslateError::DifferentWorlds { left: 4, right: 5 }.to_string();
     assert!(text.contains("4 and 5"), "{text}");
     let text = WorldError::TooLarge { size: u32::MAX }.to_string();

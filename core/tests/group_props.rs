@@ -137,7 +137,10 @@ fn pick_ranks(rng: &mut Rng, size: u32) -> Vec<u32> {
     }
 }
 
-/// Up to four valid triplets naming distinct ranks of a group of `size`.
+/// Up to four valid triplets computing distinct ranks of a group of
+/// `size`. Their `last` is often not reached, or past the group's end (or
+/// below 0 for a negative stride) where the stride steps over it, and
+/// some compute nothing: all valid under MPI.
 fn pick_ranges(rng: &mut Rng, size: u32) -> Vec<RankRange> {
     let mut taken = vec![false; size as usize];
     let mut out = Vec::new();
@@ -145,25 +148,47 @@ fn pick_ranges(rng: &mut Rng, size: u32) -> Vec<RankRange> {
         return out;
     }
     for _ in 0..rng.below(5) {
-        let first = rng.below(size);
-        let last = rng.below(size);
+        let first = rng.below(size) as i32;
+        let last = rng.below(size) as i32;
         let magnitude = (rng.below(size.min(100)) + 1) as i32;
         let stride = if last < first { -magnitude } else { magnitude };
-        let named = expand(first, last, stride);
+        let range = match rng.below(4) {
+            // Push `last` out to just before the next rank the stride
+            // would reach (past the group's end, or below 0, when that
+            // rank is): the same ranks computed, `last` not among them.
+            0 => {
+                let named = model_triplet(RankRange::new(first, last, stride));
+                let beyond = named.last().unwrap() + i64::from(stride);
+                let last = beyond - i64::from(stride.signum());
+                RankRange::new(first, last as i32, stride)
+            }
+            // Running away from `last`: computes nothing.
+            1 if first != last => RankRange::new(first, last, -stride),
+            _ => RankRange::new(first, last, stride),
+        };
+        let named = model_triplet(range);
         if named.iter().all(|&r| !taken[r as usize]) {
             for &r in &named {
                 taken[r as usize] = true;
             }
-            out.push(RankRange::new(first, last, stride));
+            out.push(range);
         }
     }
     out
 }
 
-/// The ranks a valid triplet names.
-fn expand(first: u32, last: u32, stride: i32) -> Vec<u32> {
-    let (f, l, s) = (i64::from(first), i64::from(last), i64::from(stride));
-    (0..=(l - f) / s).map(|k| (f + k * s) as u32).collect()
+/// The ranks a triplet computes, by MPI 4.0's definition written out
+/// naively: `first + k * stride` for k = 0, 1, … while it has not passed
+/// `last` in the stride's direction (nothing for a zero stride).
+fn model_triplet(r: RankRange) -> Vec<i64> {
+    let (f, l, s) = (i64::from(r.first), i64::from(r.last), i64::from(r.stride));
+    let mut out = Vec::new();
+    let mut x = f;
+    while s != 0 && ((s > 0 && x <= l) || (s < 0 && x >= l)) {
+        out.push(x);
+        x += s;
+    }
+    out
 }
 
 /// `out[i]` is whether `i` is listed.
@@ -189,27 +214,25 @@ fn model_rank_list(ranks: &[u32], size: u32) -> Result<(), RankListError> {
     Ok(())
 }
 
-/// What `range_incl`/`range_excl` must answer for triplets.
+/// What `range_incl`/`range_excl` must answer for triplets, per MPI:
+/// every computed rank valid and computed once, no zero stride; the first
+/// problem in triplet order is the error.
 fn model_ranges(ranges: &[RankRange], size: u32) -> Result<Vec<u32>, RangeError> {
     let mut seen = vec![false; size as usize];
     let mut out = Vec::new();
-    for (triplet, r) in ranges.iter().enumerate() {
+    for (triplet, &r) in ranges.iter().enumerate() {
         if r.stride == 0 {
             return Err(RangeError::ZeroStride { triplet });
         }
-        for rank in [r.first, r.last] {
-            if rank >= size {
+        for computed in model_triplet(r) {
+            if computed < 0 || computed >= i64::from(size) {
                 return Err(RangeError::OutOfRange {
                     triplet,
-                    rank,
+                    rank: computed as i32,
                     size,
                 });
             }
-        }
-        if (r.first < r.last && r.stride < 0) || (r.first > r.last && r.stride > 0) {
-            return Err(RangeError::WrongDirection { triplet });
-        }
-        for rank in expand(r.first, r.last, r.stride) {
+            let rank = computed as u32;
             if std::mem::replace(&mut seen[rank as usize], true) {
                 return Err(RangeError::Duplicate { triplet, rank });
             }
@@ -263,6 +286,12 @@ fn check(g: &Group, model: &[u32], policy: StoragePolicy) -> Result<(), TestCase
         prop_assert_eq!(g.lookup(r as u32), Some(w), "rank {} of {:?}", r, g);
     }
     prop_assert_eq!(g.lookup(g.size()), None);
+    // The walks give the same members as the lookups.
+    let walked: Vec<u32> = g.members().collect();
+    prop_assert_eq!(&walked[..], model, "members of {:?}", g);
+    let mut table = vec![UNDEFINED; model.len()];
+    prop_assert!(g.world_ranks(&mut table).is_ok());
+    prop_assert_eq!(&table[..], model, "world_ranks of {:?}", g);
     let mut inverse = vec![None; n as usize];
     for (r, &w) in model.iter().enumerate() {
         inverse[w as usize] = Some(r as u32);
@@ -403,9 +432,11 @@ fn run_chain(
                 continue;
             }
             Op::BadRange => {
+                // Often bad (out of the group, zero stride, overlapping),
+                // sometimes valid after all: either way as the model says.
                 let mut ranges = pick_ranges(&mut rng, size);
-                let first = rng.below(size + 2);
-                let last = rng.below(size + 2);
+                let first = rng.below(size + 4) as i32 - 2;
+                let last = rng.below(size + 4) as i32 - 2;
                 let stride = rng.below(7) as i32 - 3;
                 ranges.insert(
                     rng.below(ranges.len() as u32 + 1) as usize,
@@ -429,6 +460,9 @@ fn run_chain(
         let mut ranks: Vec<u32> = (0..result.size().min(64)).collect();
         ranks.push(PROC_NULL);
         let translated = result.translate_ranks(&ranks, &h).unwrap();
+        let mut into = vec![0; ranks.len()];
+        result.translate_ranks_into(&ranks, &h, &mut into).unwrap();
+        prop_assert_eq!(&into, &translated);
         for (&r, &t) in ranks.iter().zip(&translated) {
             let want = if r == PROC_NULL {
                 PROC_NULL

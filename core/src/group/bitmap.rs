@@ -15,6 +15,9 @@
 //!   and the bit inside it comes from one `pdep` where the processor has a
 //!   fast one ([`crate::cpu`]), otherwise from byte popcounts plus a 2 KiB
 //!   table.
+//! - Walks (the members in order, or a batch of ranks mapped to parent
+//!   ranks): from one set bit to the next, or a few on, word by word, with
+//!   a select only to start and past long clear stretches.
 
 #![allow(unsafe_code)]
 
@@ -31,6 +34,14 @@ const SAMPLE_SHIFTS: (u32, u32) = (4, 8);
 /// Sample spans up to this many blocks are stepped through, longer ones
 /// binary-searched.
 const LINEAR_SPAN: usize = 8;
+/// Words a walk looks ahead for the next member before falling back to a
+/// select.
+const NEAR_WORDS: usize = BLOCK_WORDS;
+/// Steps of at most this many members go bit by bit, longer ones count
+/// the set bits of whole words.
+const BIT_STEPS: u32 = 4;
+/// Largest step in members a walk takes from one member to another.
+const MAX_STEP: u32 = (NEAR_WORDS * WORD_BITS) as u32;
 /// Width of one packed in-block count.
 const FIELD_BITS: usize = 9;
 const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
@@ -221,6 +232,155 @@ impl Bitmap {
     }
 }
 
+/// A place in a walk over the set bits: member `r`, at parent rank `pos`.
+#[derive(Clone, Copy)]
+struct Cursor {
+    r: u32,
+    pos: u32,
+}
+
+impl Bitmap {
+    /// Word `w` of the bits.
+    #[inline]
+    fn word(&self, w: usize) -> Option<u64> {
+        self.blocks
+            .get(w / BLOCK_WORDS)?
+            .words
+            .get(w % BLOCK_WORDS)
+            .copied()
+    }
+
+    /// A cursor at member `r` (by select).
+    fn cursor_at(&self, r: u32) -> Option<Cursor> {
+        Some(Cursor {
+            r,
+            pos: self.select(r)?,
+        })
+    }
+
+    /// Moves `cursor` to member `r`, stepping over the set bits between
+    /// when `r` lies within [`MAX_STEP`] members and [`NEAR_WORDS`] words
+    /// of it, either way; `None` (and the cursor unmoved) otherwise, for a
+    /// select instead.
+    #[inline(always)]
+    fn step_to(&self, cursor: &mut Cursor, r: u32) -> Option<u32> {
+        let forward = r > cursor.r;
+        let d = if forward { r - cursor.r } else { cursor.r - r };
+        if d == 0 || d > MAX_STEP {
+            return None;
+        }
+        let mut left = d;
+        let mut w = cursor.pos as usize / WORD_BITS;
+        let bit = cursor.pos as usize % WORD_BITS;
+        // The set bits of the cursor's word beyond it in the walk's
+        // direction (two shifts: nothing lies above bit 63).
+        let mut rest = self.word(w)?
+            & if forward {
+                u64::MAX << bit << 1
+            } else {
+                !(u64::MAX << bit)
+            };
+        for _ in 0..=NEAR_WORDS {
+            if left <= BIT_STEPS {
+                // A few members on: one set bit at a time.
+                while rest != 0 {
+                    let found = if forward {
+                        rest.trailing_zeros()
+                    } else {
+                        63 - rest.leading_zeros()
+                    };
+                    left -= 1;
+                    if left == 0 {
+                        let pos = (w * WORD_BITS) as u32 + found;
+                        *cursor = Cursor { r, pos };
+                        return Some(pos);
+                    }
+                    rest &= !(1 << found);
+                }
+            } else {
+                let count = rest.count_ones();
+                if left <= count {
+                    let k = if forward { left - 1 } else { count - left };
+                    let pos = (w * WORD_BITS) as u32 + select_in_word(rest, k)?;
+                    *cursor = Cursor { r, pos };
+                    return Some(pos);
+                }
+                left -= count;
+            }
+            w = if forward { w + 1 } else { w.checked_sub(1)? };
+            rest = self.word(w)?;
+        }
+        None
+    }
+
+    /// Parent rank of member `r`: stepped to from `cursor` when near, else
+    /// a select that moves the cursor there.
+    #[inline(always)]
+    fn walk_to(&self, cursor: &mut Option<Cursor>, r: u32) -> Option<u32> {
+        if let Some(pos) = cursor.as_mut().and_then(|c| self.step_to(c, r)) {
+            return Some(pos);
+        }
+        let at = self.cursor_at(r)?;
+        *cursor = Some(at);
+        Some(at.pos)
+    }
+
+    /// Writes the parent ranks of members `start, start + 1, …` into `out`
+    /// (all members): one select, then each set bit in turn, word by word
+    /// (a select again past more than [`NEAR_WORDS`] clear words, so a
+    /// batch never scans far for its next member).
+    pub(super) fn fill(&self, start: u32, out: &mut [u32]) {
+        let Some(first) = self.select(start) else {
+            return;
+        };
+        let mut w = first as usize / WORD_BITS;
+        // The set bits from `first` on.
+        let Some(mut word) = self
+            .word(w)
+            .map(|word| word & (u64::MAX << (first as usize % WORD_BITS)))
+        else {
+            return;
+        };
+        for (slot, r) in out.iter_mut().zip(start..) {
+            let mut clear = 0;
+            while word == 0 {
+                w += 1;
+                clear += 1;
+                if clear > NEAR_WORDS {
+                    // Far away: find member `r` directly.
+                    let Some(pos) = self.select(r) else {
+                        return;
+                    };
+                    w = pos as usize / WORD_BITS;
+                    let Some(at) = self.word(w) else {
+                        return;
+                    };
+                    word = at & (u64::MAX << (pos as usize % WORD_BITS));
+                    break;
+                }
+                let Some(next) = self.word(w) else {
+                    return;
+                };
+                word = next;
+            }
+            *slot = (w * WORD_BITS) as u32 + word.trailing_zeros();
+            word &= word - 1;
+        }
+    }
+
+    /// Replaces each of `ranks` (members) by its parent rank: stepping
+    /// from the rank before when this one lies near it, either way (as in
+    /// a run or a stride over the bitmap), a select elsewhere.
+    pub(super) fn map_in_place(&self, ranks: &mut [u32]) {
+        let mut cursor = None;
+        for slot in ranks {
+            if let Some(pos) = self.walk_to(&mut cursor, *slot) {
+                *slot = pos;
+            }
+        }
+    }
+}
+
 /// Members before word `k` of a block, from its packed counts.
 #[inline]
 fn field(packed: u64, k: usize) -> u32 {
@@ -378,6 +538,53 @@ mod tests {
                 assert_eq!(bits.rank_if_set(pos), expected);
             }
             assert_eq!(bits.rank_if_set(len + 1000), None);
+        }
+    }
+
+    #[test]
+    fn walks_agree_with_select_in_any_order() {
+        let mut state = 0x0BAD_5EED_1234_5678;
+        // Dense, sparse and clumpy bitmaps (long clear stretches force the
+        // fall back to select).
+        for &(len, keep_in_256, clump) in &[
+            (3000u32, 128u64, 1u32),
+            (3000, 250, 1),
+            (20_000, 3, 1),
+            (20_000, 200, 2048),
+            (1, 256, 1),
+        ] {
+            let members: Vec<u32> = (0..len)
+                .filter(|p| (p / clump) % 2 == 0 && xorshift(&mut state) % 256 < keep_in_256)
+                .collect();
+            let bits = Bitmap::new(len, &members);
+            let n = members.len() as u32;
+            // fill from every start, in chunks crossing words and blocks.
+            for start in (0..n).step_by(37) {
+                let count = (n - start).min(700) as usize;
+                let mut out = vec![u32::MAX; count];
+                bits.fill(start, &mut out);
+                assert_eq!(out, members[start as usize..][..count]);
+            }
+            // map_in_place on runs, strides both ways, and random ranks.
+            let mut orders: Vec<Vec<u32>> = vec![
+                (0..n).collect(),
+                (0..n).rev().collect(),
+                (0..n).step_by(3).collect(),
+                (0..n).rev().step_by(5).collect(),
+                (0..n).step_by(600).collect(),
+            ];
+            orders.push(
+                (0..n.min(2000))
+                    .map(|_| (xorshift(&mut state) % u64::from(n.max(1))) as u32)
+                    .filter(|_| n > 0)
+                    .collect(),
+            );
+            for ranks in orders {
+                let mut mapped = ranks.clone();
+                bits.map_in_place(&mut mapped);
+                let want: Vec<u32> = ranks.iter().map(|&r| members[r as usize]).collect();
+                assert_eq!(mapped, want);
+            }
         }
     }
 }

@@ -36,6 +36,15 @@ impl Dense {
         self.world.get(rank as usize).copied()
     }
 
+    /// Copies the world ranks of members `start, start + 1, …` into `out`
+    /// (left as it is if they are not all members).
+    pub(super) fn copy_world_ranks(&self, start: u32, out: &mut [u32]) {
+        let start = start as usize;
+        if let Some(table) = self.world.get(start..start.saturating_add(out.len())) {
+            out.copy_from_slice(table);
+        }
+    }
+
     /// Member index of `world_rank`, building the index on first use.
     pub(super) fn rank_of(&self, world_rank: u32) -> Option<u32> {
         self.index

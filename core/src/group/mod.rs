@@ -110,13 +110,37 @@
 //! # Ranks
 //!
 //! Ranks and world ranks are `u32` below [`MAX_WORLD_SIZE`] (they fit an
-//! MPI `int`); [`PROC_NULL`] and [`UNDEFINED`] lie above that range.
-//! Invalid input (ranks out of range, duplicates, zero strides, triplets
-//! past the group or running the wrong way, groups of different worlds) is
-//! an error value, never a panic.
+//! MPI `int`); [`PROC_NULL`] and [`UNDEFINED`] lie above that range, and
+//! [`Group::translate_ranks_into`] maps them as `MPI_Group_translate_ranks`
+//! does (`MPI_PROC_NULL` to itself, a process missing from the other group
+//! to `MPI_UNDEFINED`). The triplets of [`Group::range_incl`] and
+//! [`Group::range_excl`] are MPI's signed `int`s ([`RankRange`]), under
+//! MPI's rule: only the ranks a triplet computes must be ranks of the
+//! group. Invalid input (ranks out of range, duplicates, zero strides,
+//! computed ranks outside the group, non-empty groups of different worlds,
+//! output slices of the wrong length) is an error value naming the
+//! offending entry, never a panic.
+//!
+//! [`Group::empty`] is `MPI_GROUP_EMPTY`: the world of no processes, which
+//! every operation accepts next to a group of any world; all empty groups
+//! compare identical.
+//!
+//! # Members
+//!
+//! [`Group::members`] iterates the members' world ranks in order and
+//! [`Group::world_ranks`] writes them all into a slice (a communicator's
+//! rank table). Both walk the storage instead of calling
+//! [`Group::lookup`] for each rank: the group's own level steps through
+//! its form (a stride adds its step, ranges go run after run, a bitmap
+//! moves from set bit to set bit, a table is copied), and each base below
+//! maps the batch of ranks in place, following its runs or bits from one
+//! rank to the next; about one step per member and level, with one search
+//! per batch of 64 members at most where `lookup` would search for each.
 //!
 //! ```
-//! use fireopal_core::group::{Comparison, Group, RankRange, Representation};
+//! use fireopal_core::group::{
+//!     Comparison, Group, RankRange, Representation, PROC_NULL, UNDEFINED,
+//! };
 //!
 //! let world = Group::world(1_000_000)?;
 //! let even = world.range_incl(&[RankRange::new(0, 999_998, 2)])?;
@@ -132,15 +156,35 @@
 //! let low = world.incl(&[0, 1, 2, 3])?;
 //! let both = low.intersection(&even)?;
 //! assert_eq!(both.size(), 2);
-//! assert_eq!(low.translate_ranks(&[1, 2], &both)?, [fireopal_core::group::UNDEFINED, 1]);
+//! assert_eq!(low.translate_ranks(&[1, 2], &both)?, [UNDEFINED, 1]);
 //! assert_eq!(both.compare(&world.incl(&[2, 0])?), Comparison::Similar);
+//!
+//! // MPI's triplets: only computed ranks must be in the group, so `last`
+//! // may lie past it (1, 3 of a group of 4); a negative stride counts down.
+//! let odd = low.range_incl(&[RankRange::new(1, 4, 2)])?;
+//! assert_eq!(odd.members().collect::<Vec<_>>(), [1, 3]);
+//! let down = low.range_incl(&[RankRange::new(3, 0, -2)])?;
+//! let mut table = [0; 2];
+//! down.world_ranks(&mut table)?;
+//! assert_eq!(table, [3, 1]);
+//!
+//! let mut out = [0; 3];
+//! down.translate_ranks_into(&[1, PROC_NULL, 0], &odd, &mut out)?;
+//! assert_eq!(out, [0, PROC_NULL, 1]);
+//!
+//! let empty = Group::empty();
+//! assert_eq!(low.union(&empty)?.compare(&low), Comparison::Identical);
+//! assert_eq!(empty.compare(&world.incl(&[])?), Comparison::Identical);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod bitmap;
 mod build;
 mod dense;
+mod error;
+mod members;
 mod node;
+mod range;
 mod ranges;
 
 use alloc::sync::Arc;
@@ -149,6 +193,10 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use node::Node;
+
+pub use error::{LengthError, RangeError, RankListError, SetOpError, TranslateError, WorldError};
+pub use members::Members;
+pub use range::RankRange;
 
 /// Most parent links between a group and the world or dense group its
 /// lookups end at: the backstop of the flattening rule.
@@ -162,12 +210,19 @@ pub const FLATTEN_FACTOR: u32 = 2;
 /// Largest world: ranks must fit an MPI `int`.
 pub const MAX_WORLD_SIZE: u32 = i32::MAX as u32;
 
-/// "No process" (`MPI_PROC_NULL`): accepted by
-/// [`Group::translate_ranks`] and mapped to itself.
+/// `MPI_PROC_NULL` as this API writes it: "no process", `u32::MAX`, above
+/// every rank. [`Group::translate_ranks_into`] (and
+/// [`Group::translate_ranks`]) accept it among the input ranks and
+/// translate it to itself, as MPI 4.0 says of `MPI_GROUP_TRANSLATE_RANKS`.
+/// A binding to C's `MPI_PROC_NULL` (a negative `int` in MPICH and Open
+/// MPI) maps it to and from this value.
 pub const PROC_NULL: u32 = u32::MAX;
 
-/// "Not a member" (`MPI_UNDEFINED`): what [`Group::translate_ranks`] gives
-/// for a process missing from the other group.
+/// `MPI_UNDEFINED` as this API writes it: "no rank", `u32::MAX - 1`, above
+/// every rank and distinct from [`PROC_NULL`]. [`Group::translate_ranks_into`]
+/// writes it for a process that is not in the other group; it is not a
+/// valid input rank there. A binding maps it to and from C's
+/// `MPI_UNDEFINED`.
 pub const UNDEFINED: u32 = u32::MAX - 1;
 
 /// An ordered set of processes. Immutable; cloning is cheap and shares
@@ -222,217 +277,6 @@ pub enum Comparison {
     Unequal,
 }
 
-/// A triplet of [`Group::range_incl`] and [`Group::range_excl`]: ranks
-/// `first, first + stride, …` up to `last` (included when reached).
-/// `stride` is negative when `first > last`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RankRange {
-    /// First rank.
-    pub first: u32,
-    /// Bound, a valid rank too.
-    pub last: u32,
-    /// Step, never zero.
-    pub stride: i32,
-}
-
-impl RankRange {
-    /// The triplet `(first, last, stride)`.
-    pub const fn new(first: u32, last: u32, stride: i32) -> Self {
-        RankRange {
-            first,
-            last,
-            stride,
-        }
-    }
-}
-
-/// Why [`Group::world`] refused a size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorldError {
-    /// More processes than [`MAX_WORLD_SIZE`].
-    TooLarge {
-        /// The size asked for.
-        size: u32,
-    },
-}
-
-impl fmt::Display for WorldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::TooLarge { size } => {
-                write!(f, "world of {size} processes exceeds {MAX_WORLD_SIZE}")
-            }
-        }
-    }
-}
-
-impl core::error::Error for WorldError {}
-
-/// Why [`Group::incl`] or [`Group::excl`] refused a rank list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RankListError {
-    /// `ranks[index]` is not a rank of the group.
-    OutOfRange {
-        /// Position in the list.
-        index: usize,
-        /// The rank.
-        rank: u32,
-        /// Size of the group.
-        size: u32,
-    },
-    /// `ranks[index]` already appeared earlier in the list.
-    Duplicate {
-        /// Position of the repeat.
-        index: usize,
-        /// The rank.
-        rank: u32,
-    },
-}
-
-impl fmt::Display for RankListError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::OutOfRange { index, rank, size } => {
-                write!(
-                    f,
-                    "rank {rank} at position {index} is not in a group of {size}"
-                )
-            }
-            Self::Duplicate { index, rank } => {
-                write!(f, "rank {rank} at position {index} is listed twice")
-            }
-        }
-    }
-}
-
-impl core::error::Error for RankListError {}
-
-/// Why [`Group::range_incl`] or [`Group::range_excl`] refused triplets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RangeError {
-    /// Triplet `triplet` has a zero stride.
-    ZeroStride {
-        /// Position of the triplet.
-        triplet: usize,
-    },
-    /// Triplet `triplet` starts or ends past the group.
-    OutOfRange {
-        /// Position of the triplet.
-        triplet: usize,
-        /// Its `first` or `last`.
-        rank: u32,
-        /// Size of the group.
-        size: u32,
-    },
-    /// Triplet `triplet` steps away from its `last` (`first < last` with a
-    /// negative stride or `first > last` with a positive one).
-    WrongDirection {
-        /// Position of the triplet.
-        triplet: usize,
-    },
-    /// Triplet `triplet` reaches a rank already given.
-    Duplicate {
-        /// Position of the triplet.
-        triplet: usize,
-        /// The rank.
-        rank: u32,
-    },
-}
-
-impl fmt::Display for RangeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::ZeroStride { triplet } => write!(f, "triplet {triplet} has a zero stride"),
-            Self::OutOfRange {
-                triplet,
-                rank,
-                size,
-            } => write!(
-                f,
-                "triplet {triplet} names rank {rank}, not in a group of {size}"
-            ),
-            Self::WrongDirection { triplet } => {
-                write!(f, "triplet {triplet} steps away from its last rank")
-            }
-            Self::Duplicate { triplet, rank } => {
-                write!(f, "triplet {triplet} repeats rank {rank}")
-            }
-        }
-    }
-}
-
-impl core::error::Error for RangeError {}
-
-/// Why [`Group::union`], [`Group::intersection`] or [`Group::difference`]
-/// refused two groups.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetOpError {
-    /// The groups come from worlds of different sizes.
-    DifferentWorlds {
-        /// World size of the first group.
-        left: u32,
-        /// World size of the second group.
-        right: u32,
-    },
-}
-
-impl fmt::Display for SetOpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::DifferentWorlds { left, right } => {
-                write!(
-                    f,
-                    "groups of different worlds ({left} and {right} processes)"
-                )
-            }
-        }
-    }
-}
-
-impl core::error::Error for SetOpError {}
-
-/// Why [`Group::translate_ranks`] refused its input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TranslateError {
-    /// `ranks[index]` is neither a rank of the group nor [`PROC_NULL`].
-    OutOfRange {
-        /// Position in the list.
-        index: usize,
-        /// The rank.
-        rank: u32,
-        /// Size of the group.
-        size: u32,
-    },
-    /// The groups come from worlds of different sizes.
-    DifferentWorlds {
-        /// World size of the first group.
-        left: u32,
-        /// World size of the second group.
-        right: u32,
-    },
-}
-
-impl fmt::Display for TranslateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::OutOfRange { index, rank, size } => {
-                write!(
-                    f,
-                    "rank {rank} at position {index} is not in a group of {size}"
-                )
-            }
-            Self::DifferentWorlds { left, right } => {
-                write!(
-                    f,
-                    "groups of different worlds ({left} and {right} processes)"
-                )
-            }
-        }
-    }
-}
-
-impl core::error::Error for TranslateError {}
-
 /// One bit per rank of a group, for duplicate checks and exclusions.
 struct Marks(Vec<u64>);
 
@@ -473,6 +317,27 @@ impl Group {
             world,
             policy: StoragePolicy::Automatic,
         })
+    }
+
+    /// The empty group (`MPI_GROUP_EMPTY`): no members, stored as the
+    /// world of no processes (equal to `Group::world(0)`). Empty groups
+    /// belong to no particular world: every operation accepts one next to
+    /// a group of any world (the union with it is the other group, the
+    /// intersection is empty, translating into it gives [`UNDEFINED`]),
+    /// and any two empty groups compare [`Comparison::Identical`].
+    pub fn empty() -> Group {
+        let world = Arc::new(Node::world(0));
+        Group {
+            node: Arc::clone(&world),
+            world,
+            policy: StoragePolicy::Automatic,
+        }
+    }
+
+    /// Whether the group has no members (`MPI_GROUP_EMPTY` or any group
+    /// equal to it).
+    pub fn is_empty(&self) -> bool {
+        self.size() == 0
     }
 
     /// The same group whose derived groups follow `policy`.
@@ -529,19 +394,16 @@ impl Group {
         self.node.memory_bytes()
     }
 
-    /// World ranks of all members, in order.
-    fn world_ranks(&self) -> Vec<u32> {
-        (0..self.size()).filter_map(|r| self.lookup(r)).collect()
-    }
-
     /// Builds the group of `ranks` (ranks of `self`, all valid, in the new
     /// order).
     fn derive(&self, ranks: &[u32]) -> Group {
         build::from_ranks(self, ranks)
     }
 
+    /// Both groups name processes of the same world; an empty group, with
+    /// no process to name, goes with any.
     fn check_world(&self, other: &Group) -> Result<(), (u32, u32)> {
-        if self.world_size() == other.world_size() {
+        if self.world_size() == other.world_size() || self.is_empty() || other.is_empty() {
             Ok(())
         } else {
             Err((self.world_size(), other.world_size()))
@@ -578,57 +440,22 @@ impl Group {
         Ok(self.derive(&kept))
     }
 
-    /// Expands triplets in order, refusing bad ones and repeats.
-    fn expand(&self, ranges: &[RankRange]) -> Result<(Vec<u32>, Marks), RangeError> {
-        let size = self.size();
-        let mut marks = Marks::new(size);
-        let mut ranks = Vec::new();
-        for (triplet, range) in ranges.iter().enumerate() {
-            if range.stride == 0 {
-                return Err(RangeError::ZeroStride { triplet });
-            }
-            for rank in [range.first, range.last] {
-                if rank >= size {
-                    return Err(RangeError::OutOfRange {
-                        triplet,
-                        rank,
-                        size,
-                    });
-                }
-            }
-            let (first, last, stride) = (
-                i64::from(range.first),
-                i64::from(range.last),
-                i64::from(range.stride),
-            );
-            if (last - first) * stride.signum() < 0 {
-                return Err(RangeError::WrongDirection { triplet });
-            }
-            let count = (last - first) / stride + 1;
-            for k in 0..count {
-                // Between first and last, both valid ranks.
-                let rank = (first + k * stride) as u32;
-                if !marks.insert(rank) {
-                    return Err(RangeError::Duplicate { triplet, rank });
-                }
-                ranks.push(rank);
-            }
-        }
-        Ok((ranks, marks))
-    }
-
-    /// The ranks the triplets name, in triplet order
-    /// (`MPI_Group_range_incl`). Like MPICH and Open MPI, `first` and
-    /// `last` must both be ranks of the group.
+    /// The ranks the triplets compute, in triplet order
+    /// (`MPI_Group_range_incl`), by the rule of MPI 4.0 §7.3.2: only the
+    /// computed ranks must be ranks of the group, and distinct; `last`
+    /// bounds a triplet without having to be a rank itself, and a triplet
+    /// whose `first` lies beyond `last` computes nothing (see
+    /// [`RankRange`]). The error names the first bad triplet and rank.
     pub fn range_incl(&self, ranges: &[RankRange]) -> Result<Group, RangeError> {
-        let (ranks, _) = self.expand(ranges)?;
+        let (ranks, _) = range::expand(ranges, self.size())?;
         Ok(self.derive(&ranks))
     }
 
-    /// This group without the ranks the triplets name, in this group's
-    /// order (`MPI_Group_range_excl`).
+    /// This group without the ranks the triplets compute, in this group's
+    /// order (`MPI_Group_range_excl`); the triplets follow the rules of
+    /// [`range_incl`](Group::range_incl).
     pub fn range_excl(&self, ranges: &[RankRange]) -> Result<Group, RangeError> {
-        let (_, marks) = self.expand(ranges)?;
+        let (_, marks) = range::expand(ranges, self.size())?;
         let kept: Vec<u32> = (0..self.size()).filter(|&r| !marks.contains(r)).collect();
         Ok(self.derive(&kept))
     }
@@ -638,13 +465,9 @@ impl Group {
     pub fn union(&self, other: &Group) -> Result<Group, SetOpError> {
         self.check_world(other)
             .map_err(|(left, right)| SetOpError::DifferentWorlds { left, right })?;
-        let mut world = self.world_ranks();
+        let mut world: Vec<u32> = self.members().collect();
         let own = world.len();
-        world.extend(
-            (0..other.size())
-                .filter_map(|r| other.lookup(r))
-                .filter(|&w| self.rank_of(w).is_none()),
-        );
+        world.extend(other.members().filter(|&w| self.rank_of(w).is_none()));
         if world.len() == own {
             return Ok(self.clone());
         }
@@ -657,8 +480,10 @@ impl Group {
 
     /// Members of `self` that `keep` accepts, in `self`'s order.
     fn filter(&self, mut keep: impl FnMut(u32) -> bool) -> Group {
-        let ranks: Vec<u32> = (0..self.size())
-            .filter(|&rank| self.lookup(rank).is_some_and(&mut keep))
+        let ranks: Vec<u32> = self
+            .members()
+            .zip(0..)
+            .filter_map(|(world, rank)| keep(world).then_some(rank))
             .collect();
         self.derive(&ranks)
     }
@@ -680,46 +505,80 @@ impl Group {
     }
 
     /// For each of `ranks` (ranks of `self`), the rank of the same process
-    /// in `other`: [`UNDEFINED`] when it is not there, and [`PROC_NULL`]
-    /// for [`PROC_NULL`] (`MPI_Group_translate_ranks`).
+    /// in `other` (`MPI_Group_translate_ranks`); allocates the answer.
+    /// [`translate_ranks_into`](Group::translate_ranks_into) writes it
+    /// into a slice of the caller's instead.
     pub fn translate_ranks(
         &self,
         ranks: &[u32],
         other: &Group,
     ) -> Result<Vec<u32>, TranslateError> {
+        let mut out = vec![UNDEFINED; ranks.len()];
+        self.translate_ranks_into(ranks, other, &mut out)?;
+        Ok(out)
+    }
+
+    /// For each of `ranks` (ranks of `self`), writes into the same place
+    /// of `out` the rank of the same process in `other`
+    /// (`MPI_Group_translate_ranks`, without allocating):
+    ///
+    /// - a rank whose process is in `other` becomes its rank there;
+    /// - a rank whose process is not in `other` becomes [`UNDEFINED`]
+    ///   (`MPI_UNDEFINED`);
+    /// - [`PROC_NULL`] (`MPI_PROC_NULL`) becomes [`PROC_NULL`].
+    ///
+    /// `out` must be as long as `ranks`. Every other input, [`UNDEFINED`]
+    /// included, must be a rank of `self`: the error names the first that
+    /// is not, and `out` then holds the translations before it (the rest
+    /// is left as it was). Either group may be empty, whatever the
+    /// other's world.
+    pub fn translate_ranks_into(
+        &self,
+        ranks: &[u32],
+        other: &Group,
+        out: &mut [u32],
+    ) -> Result<(), TranslateError> {
+        if out.len() != ranks.len() {
+            return Err(TranslateError::OutputLength {
+                expected: ranks.len(),
+                given: out.len(),
+            });
+        }
         self.check_world(other)
             .map_err(|(left, right)| TranslateError::DifferentWorlds { left, right })?;
         let size = self.size();
-        ranks
-            .iter()
-            .enumerate()
-            .map(|(index, &rank)| {
-                if rank == PROC_NULL {
-                    return Ok(PROC_NULL);
-                }
+        for (index, (&rank, slot)) in ranks.iter().zip(out.iter_mut()).enumerate() {
+            *slot = if rank == PROC_NULL {
+                PROC_NULL
+            } else {
                 let world =
                     self.lookup(rank)
                         .ok_or(TranslateError::OutOfRange { index, rank, size })?;
-                Ok(other.rank_of(world).unwrap_or(UNDEFINED))
-            })
-            .collect()
+                other.rank_of(world).unwrap_or(UNDEFINED)
+            };
+        }
+        Ok(())
     }
 
     /// Whether both groups have the same members in the same order, the
     /// same members in another order, or not (`MPI_Group_compare`). Two
-    /// empty groups are identical; groups of different worlds are unequal.
+    /// empty groups are identical, whatever their worlds; non-empty groups
+    /// of different worlds are unequal.
     pub fn compare(&self, other: &Group) -> Comparison {
-        if self.world_size() != other.world_size() || self.size() != other.size() {
+        if self.size() != other.size() {
             return Comparison::Unequal;
         }
-        if Arc::ptr_eq(&self.node, &other.node)
-            || (0..self.size()).all(|r| self.lookup(r) == other.lookup(r))
-        {
+        if self.is_empty() {
+            return Comparison::Identical;
+        }
+        if self.world_size() != other.world_size() {
+            return Comparison::Unequal;
+        }
+        if Arc::ptr_eq(&self.node, &other.node) || self.members().eq(other.members()) {
             return Comparison::Identical;
         }
         // Same size and distinct members: same set iff each is in the other.
-        let same_members =
-            (0..self.size()).all(|r| self.lookup(r).is_some_and(|w| other.rank_of(w).is_some()));
+        let same_members = self.members().all(|w| other.rank_of(w).is_some());
         if same_members {
             Comparison::Similar
         } else {

@@ -160,8 +160,9 @@ impl Node {
     }
 }
 
+/// Base rank of member `rank` of the stride `first + i·step`.
 #[inline]
-fn stride_parent_rank(first: u32, step: i32, rank: u32) -> Option<u32> {
+pub(super) fn stride_parent_rank(first: u32, step: i32, rank: u32) -> Option<u32> {
     u32::try_from(i64::from(first) + i64::from(rank) * i64::from(step)).ok()
 }
 

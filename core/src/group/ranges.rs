@@ -7,6 +7,8 @@
 //! `rank_of` binary-searches the runs by their lowest parent rank, through a
 //! permutation that is only stored when the runs are not already ascending
 //! and in parent order.
+//! Walks fill whole runs at a time, and map a batch of ranks by following
+//! the run that held the previous one.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -118,12 +120,92 @@ impl Runs {
     #[inline]
     pub(super) fn parent_rank(&self, rank: u32) -> Option<u32> {
         let i = self.ranks.partition_point(|&r| r <= rank).checked_sub(1)?;
+        self.in_run(i, rank - *self.ranks.get(i)?)
+    }
+
+    /// Group ranks `ranks[i]..end` of the members of run `i`.
+    fn bounds(&self, i: usize) -> Option<(u32, u32)> {
+        let end = match self.ranks.get(i + 1) {
+            Some(&r) => r,
+            None => self.size,
+        };
+        Some((*self.ranks.get(i)?, end))
+    }
+
+    /// Parent rank of the member `offset` places into run `i`.
+    #[inline]
+    fn in_run(&self, i: usize, offset: u32) -> Option<u32> {
         let start = *self.starts.get(i)?;
-        let offset = rank - *self.ranks.get(i)?;
         if start & DESCENDING == 0 {
             start.checked_add(offset)
         } else {
             (start & !DESCENDING).checked_sub(offset)
+        }
+    }
+
+    /// Writes the parent ranks of members `start, start + 1, …` into `out`
+    /// (all members), one run after another: one search for the first run,
+    /// then a counting loop per run.
+    pub(super) fn fill(&self, start: u32, out: &mut [u32]) {
+        let Some(mut i) = self.ranks.partition_point(|&r| r <= start).checked_sub(1) else {
+            return;
+        };
+        let mut rank = start;
+        let mut out = out;
+        while !out.is_empty() {
+            let Some((first, end)) = self.bounds(i) else {
+                return;
+            };
+            let Some(&run_start) = self.starts.get(i) else {
+                return;
+            };
+            let take = (end.saturating_sub(rank) as usize).min(out.len());
+            let (head, tail) = out.split_at_mut(take);
+            // Base ranks of one run: below 2^31, no wrap.
+            let offset = rank - first;
+            if run_start & DESCENDING == 0 {
+                for (slot, k) in head.iter_mut().zip(offset..) {
+                    *slot = run_start.wrapping_add(k);
+                }
+            } else {
+                let top = run_start & !DESCENDING;
+                for (slot, k) in head.iter_mut().zip(offset..) {
+                    *slot = top.wrapping_sub(k);
+                }
+            }
+            out = tail;
+            rank = end;
+            i += 1;
+        }
+    }
+
+    /// Replaces each of `ranks` (members) by its parent rank, following
+    /// the run that held the previous one: a search only when the list
+    /// leaves that run for another than the next.
+    pub(super) fn map_in_place(&self, ranks: &mut [u32]) {
+        let mut i = 0;
+        let Some((mut first, mut end)) = self.bounds(0) else {
+            return;
+        };
+        for rank in ranks {
+            let r = *rank;
+            if r < first || r >= end {
+                let next = self.bounds(i + 1).filter(|&(f, e)| f <= r && r < e);
+                i = match next {
+                    Some(_) => i + 1,
+                    None => match self.ranks.partition_point(|&f| f <= r).checked_sub(1) {
+                        Some(i) => i,
+                        None => continue,
+                    },
+                };
+                match self.bounds(i) {
+                    Some(b) => (first, end) = b,
+                    None => continue,
+                }
+            }
+            if let Some(parent) = self.in_run(i, r - first) {
+                *rank = parent;
+            }
         }
     }
 
