@@ -296,7 +296,19 @@ pub trait EventSink {
     fn send_complete(&mut self, cookie: u64, status: Result<(), PluginError>);
     /// A `put`/`get` that answered [`Completion::Pending`] finished.
     fn rdma_complete(&mut self, cookie: u64, status: Result<(), PluginError>);
-    /// A peer failed; later sends to it fail.
+    /// A peer failed; later sends to it fail. The error's kind says how
+    /// when the module knows: [`ErrorKind::CONNECTION_CLOSED`],
+    /// [`ErrorKind::PROCESS_ENDED`], [`ErrorKind::TIMED_OUT`],
+    /// [`ErrorKind::AUTHENTICATION`], [`ErrorKind::MALFORMED`] for bytes
+    /// that break the protocol, else [`ErrorKind::PEER_FAILED`]; the host
+    /// reports the kind to the runtime.
+    ///
+    /// [`ErrorKind::CONNECTION_CLOSED`]: crate::ErrorKind::CONNECTION_CLOSED
+    /// [`ErrorKind::PROCESS_ENDED`]: crate::ErrorKind::PROCESS_ENDED
+    /// [`ErrorKind::TIMED_OUT`]: crate::ErrorKind::TIMED_OUT
+    /// [`ErrorKind::AUTHENTICATION`]: crate::ErrorKind::AUTHENTICATION
+    /// [`ErrorKind::MALFORMED`]: crate::ErrorKind::MALFORMED
+    /// [`ErrorKind::PEER_FAILED`]: crate::ErrorKind::PEER_FAILED
     fn peer_failed(&mut self, peer: Rank, error: PluginError);
 }
 

@@ -25,7 +25,8 @@ impl ErrorKind {
     pub const INVALID_ARGUMENT: Self = Self(4);
     /// The peer cannot be reached by this transport.
     pub const UNREACHABLE: Self = Self(5);
-    /// The peer failed (connection lost, process died, corrupt data).
+    /// The peer failed, for a reason none of the finer peer-failure kinds
+    /// below names ([`Self::is_peer_failure`] lists them all).
     pub const PEER_FAILED: Self = Self(6);
     /// Out of memory, descriptors, queue slots or registrations.
     pub const RESOURCE_EXHAUSTED: Self = Self(7);
@@ -37,6 +38,31 @@ impl ErrorKind {
     pub const NOT_READY: Self = Self(10);
     /// Anything else.
     pub const OTHER: Self = Self(11);
+    /// The peer failed: it closed the connection, or the connection was
+    /// reset or broke.
+    pub const CONNECTION_CLOSED: Self = Self(12);
+    /// The peer failed: its process exited.
+    pub const PROCESS_ENDED: Self = Self(13);
+    /// The peer failed: it did not answer within a limit (a handshake, an
+    /// acknowledgement).
+    pub const TIMED_OUT: Self = Self(14);
+    /// The peer failed: it could not prove it belongs to the job.
+    pub const AUTHENTICATION: Self = Self(15);
+
+    /// Whether this kind reports a failed peer: [`Self::PEER_FAILED`] or
+    /// one of the finer kinds a newer plugin may use instead. A host that
+    /// meets a code it does not know treats it as `PEER_FAILED` only where
+    /// a peer failure is reported.
+    pub fn is_peer_failure(self) -> bool {
+        matches!(
+            self,
+            Self::PEER_FAILED
+                | Self::CONNECTION_CLOSED
+                | Self::PROCESS_ENDED
+                | Self::TIMED_OUT
+                | Self::AUTHENTICATION
+        )
+    }
 
     /// Short lowercase name of the kind.
     pub fn name(self) -> Option<&'static str> {
@@ -52,6 +78,10 @@ impl ErrorKind {
             Self::MALFORMED => "malformed data",
             Self::NOT_READY => "not ready",
             Self::OTHER => "error",
+            Self::CONNECTION_CLOSED => "connection closed",
+            Self::PROCESS_ENDED => "process ended",
+            Self::TIMED_OUT => "timed out",
+            Self::AUTHENTICATION => "authentication failed",
             _ => return None,
         })
     }

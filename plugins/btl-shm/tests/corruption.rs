@@ -138,7 +138,7 @@ fn corrupt(ctx: &mut Ctx) -> Result<String, String> {
                 return Err(format!("failure of kind {}: {}", f.1.kind, f.1));
             }
             match ctx.module.sendi(0, 1, &[], &[1]) {
-                Err(e) if e.kind == ErrorKind::PEER_FAILED => {}
+                Err(e) if e.kind.is_peer_failure() => {}
                 other => return Err(format!("sendi to a failed peer gave {other:?}")),
             }
             // The healthy peer's messages after the corruption (one in
@@ -219,7 +219,7 @@ fn peer_exits(ctx: &mut Ctx, pending: bool) -> Result<String, String> {
     }
     if sink.failed.len() != 1
         || sink.failed[0].0 != 1
-        || sink.failed[0].1.kind != ErrorKind::PEER_FAILED
+        || sink.failed[0].1.kind != ErrorKind::PROCESS_ENDED
     {
         return Err(format!("failures: {:?}", sink.failed));
     }
@@ -232,7 +232,7 @@ fn peer_exits(ctx: &mut Ctx, pending: bool) -> Result<String, String> {
         return Err(format!("completions: {:?}", sink.sends));
     }
     match ctx.module.send(1, 1, &[], b"x", 6) {
-        Err(e) if e.kind == ErrorKind::PEER_FAILED => {}
+        Err(e) if e.kind.is_peer_failure() => {}
         other => return Err(format!("send to an exited peer gave {other:?}")),
     }
     Ok(format!("{}", sink.failed[0].1))

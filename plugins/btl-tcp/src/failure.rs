@@ -29,11 +29,22 @@ pub(crate) fn ack_check_interval(timeout: Duration) -> Duration {
     (timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
+/// The kind of peer failure a connection that broke with `e` reports: the
+/// kernel gives up on an unanswered connection (keepalive, retransmission)
+/// with `ETIMEDOUT`; anything else closed or reset it.
+pub(crate) fn broken_connection_kind(e: &io::Error) -> ErrorKind {
+    if e.kind() == io::ErrorKind::TimedOut {
+        ErrorKind::TIMED_OUT
+    } else {
+        ErrorKind::CONNECTION_CLOSED
+    }
+}
+
 impl TcpModule {
     /// The peer's connection broke with `e`: fails it.
     pub(crate) fn lost(&mut self, rank: Rank, e: &io::Error) -> PluginError {
         let err = PluginError::new(
-            ErrorKind::PEER_FAILED,
+            broken_connection_kind(e),
             format!("connection to rank {rank} lost: {e}"),
         );
         self.fail_peer(rank, err.clone());
@@ -111,7 +122,7 @@ impl TcpModule {
                     self.fail_peer(
                         rank,
                         PluginError::new(
-                            ErrorKind::PEER_FAILED,
+                            ErrorKind::TIMED_OUT,
                             format!("handshake with {who} did not finish within {ms} ms"),
                         ),
                     );
@@ -134,7 +145,7 @@ impl TcpModule {
             self.fail_peer(
                 rank,
                 PluginError::new(
-                    ErrorKind::PEER_FAILED,
+                    ErrorKind::TIMED_OUT,
                     format!("rank {rank} refused our connection and never opened its own"),
                 ),
             );
@@ -179,7 +190,7 @@ impl TcpModule {
             self.fail_peer(
                 rank,
                 PluginError::new(
-                    ErrorKind::PEER_FAILED,
+                    ErrorKind::TIMED_OUT,
                     format!(
                         "rank {rank}'s machine acknowledged nothing for {ms} ms with data in flight \
                          (machine down or network cut; limit btl_tcp_ack_timeout_ms)"

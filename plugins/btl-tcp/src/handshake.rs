@@ -203,12 +203,12 @@ impl TcpModule {
                 }
             }
         }
-        self.reject(id, reason);
+        self.reject(id, ErrorKind::CONNECTION_CLOSED, reason);
     }
 
     /// Ends a connection that failed its handshake: an accepted one is
     /// dropped and logged; one we dialled fails the peer we meant.
-    fn reject(&mut self, id: ConnId, reason: &str) {
+    fn reject(&mut self, id: ConnId, kind: ErrorKind, reason: &str) {
         let Some(conn) = self.conns.get(id) else {
             return;
         };
@@ -234,10 +234,7 @@ impl TcpModule {
             );
             self.fail_peer(
                 rank,
-                PluginError::new(
-                    ErrorKind::PEER_FAILED,
-                    format!("connection to {who} failed: {reason}"),
-                ),
+                PluginError::new(kind, format!("connection to {who} failed: {reason}")),
             );
         } else {
             self.close_conn(id);
@@ -292,7 +289,7 @@ impl TcpModule {
             if matches!(expect, Expect::Hello) {
                 if let Err(e) = Hello::parse(&conn.hs_buf[..conn.hs_have]) {
                     if !matches!(e, HandshakeError::BadLength { .. }) {
-                        self.reject(id, &e.to_string());
+                        self.reject(id, ErrorKind::MALFORMED, &e.to_string());
                         return Step::Closed;
                     }
                 }
@@ -335,7 +332,7 @@ impl TcpModule {
         let hello = match Hello::parse(msg) {
             Ok(h) => h,
             Err(e) => {
-                self.reject(id, &e.to_string());
+                self.reject(id, ErrorKind::MALFORMED, &e.to_string());
                 return Step::Closed;
             }
         };
@@ -361,12 +358,16 @@ impl TcpModule {
             None
         };
         if let Some(p) = problem {
-            self.reject(id, &p);
+            self.reject(id, ErrorKind::PEER_FAILED, &p);
             return Step::Closed;
         }
         let mut nonce = [0u8; NONCE_LEN];
         if let Err(e) = random_bytes(&mut nonce) {
-            self.reject(id, &format!("no random bytes for a nonce: {e}"));
+            self.reject(
+                id,
+                ErrorKind::IO,
+                &format!("no random bytes for a nonce: {e}"),
+            );
             return Step::Closed;
         }
         let transcript = Transcript::new(&hello, nonce);
@@ -395,13 +396,14 @@ impl TcpModule {
         let challenge = match Challenge::parse(msg) {
             Ok(c) => c,
             Err(e) => {
-                self.reject(id, &e.to_string());
+                self.reject(id, ErrorKind::MALFORMED, &e.to_string());
                 return Step::Closed;
             }
         };
         if challenge.from_rank != hello.to_rank || challenge.to_rank != self.me {
             self.reject(
                 id,
+                ErrorKind::AUTHENTICATION,
                 &format!(
                     "answered as rank {} to rank {}",
                     challenge.from_rank, challenge.to_rank
@@ -411,7 +413,11 @@ impl TcpModule {
         }
         let transcript = Transcript::new(&hello, challenge.nonce);
         if !transcript.verify(&self.key, Role::Acceptor, &challenge.mac) {
-            self.reject(id, "it did not prove it holds the job key");
+            self.reject(
+                id,
+                ErrorKind::AUTHENTICATION,
+                "it did not prove it holds the job key",
+            );
             return Step::Closed;
         }
         let proof = Proof {
@@ -431,12 +437,16 @@ impl TcpModule {
         let proof = match Proof::parse(msg) {
             Ok(p) => p,
             Err(e) => {
-                self.reject(id, &e.to_string());
+                self.reject(id, ErrorKind::MALFORMED, &e.to_string());
                 return Step::Closed;
             }
         };
         if !transcript.verify(&self.key, Role::Connector, &proof.mac) {
-            self.reject(id, "it did not prove it holds the job key");
+            self.reject(
+                id,
+                ErrorKind::AUTHENTICATION,
+                "it did not prove it holds the job key",
+            );
             return Step::Closed;
         }
         let rank = transcript.connector_rank;
@@ -460,7 +470,11 @@ impl TcpModule {
             }
             PeerState::Connecting(_) | PeerState::Established(_) => Verdict::Duplicate,
             PeerState::Failed(_) => {
-                self.reject(id, "the rank already failed in this job");
+                self.reject(
+                    id,
+                    ErrorKind::PEER_FAILED,
+                    "the rank already failed in this job",
+                );
                 return Step::Closed;
             }
         };
@@ -488,7 +502,7 @@ impl TcpModule {
         let verdict = match Verdict::parse(msg) {
             Ok(v) => v,
             Err(e) => {
-                self.reject(id, &e.to_string());
+                self.reject(id, ErrorKind::MALFORMED, &e.to_string());
                 return Step::Closed;
             }
         };

@@ -46,14 +46,14 @@ fn malformed(rank: Rank, what: impl std::fmt::Display) -> PluginError {
 
 fn closed(rank: Rank) -> PluginError {
     PluginError::new(
-        ErrorKind::PEER_FAILED,
+        ErrorKind::CONNECTION_CLOSED,
         format!("rank {rank} closed its connection"),
     )
 }
 
 fn read_failed(rank: Rank, e: &std::io::Error) -> PluginError {
     PluginError::new(
-        ErrorKind::PEER_FAILED,
+        crate::failure::broken_connection_kind(e),
         format!("connection to rank {rank} lost: {e}"),
     )
 }

@@ -131,7 +131,7 @@ fn a_truncated_frame_header_fails_only_that_peer() {
     assert_eq!(procs[0].rec.failed.len(), 1);
     // Later sends to the failed rank fail at once.
     let e = procs[0].m().send(2, 0, b"", b"x", 1).unwrap_err();
-    assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
+    assert!(is_peer_failure(&e), "{e}");
     still_working(&mut procs, 1);
 }
 
@@ -225,6 +225,7 @@ fn a_wrong_job_key_is_refused_both_ways() {
     });
     assert!(procs[2].rec.sends[&5][0].is_err());
     assert_eq!(procs[2].rec.failures_of(0), 1);
+    assert_eq!(procs[2].rec.failed[0].1.kind, ErrorKind::AUTHENTICATION);
     assert!(procs[2].logged("did not prove it holds the job key"));
     assert_eq!(procs[0].rec.count_from(2), 0, "nothing delivered");
 
@@ -356,6 +357,8 @@ fn a_peer_whose_socket_closes_is_reported_once_and_its_operations_fail_once() {
     });
     settle(&mut procs, Duration::from_millis(50));
     assert_eq!(procs[0].rec.failures_of(1), 1, "reported once");
+    let why = &procs[0].rec.failed[0].1;
+    assert_eq!(why.kind, ErrorKind::CONNECTION_CLOSED, "{why}");
     assert_eq!(procs[0].rec.repeated_completion(), None);
     let completed_ok = pending
         .iter()
@@ -373,10 +376,7 @@ fn a_peer_whose_socket_closes_is_reported_once_and_its_operations_fail_once() {
     assert!(completed_err > 0);
     let rdma = &procs[0].rec.rdma[&500];
     assert_eq!(rdma.len(), 1);
-    assert!(is_kind(
-        rdma[0].as_ref().unwrap_err(),
-        ErrorKind::PEER_FAILED
-    ));
+    assert!(is_peer_failure(rdma[0].as_ref().unwrap_err()));
     assert_eq!(procs[0].m().rdma_in_flight(), 0);
     assert_eq!(procs[0].m().queued_bytes(1), 0, "queue released");
 
@@ -393,7 +393,7 @@ fn a_peer_whose_socket_closes_is_reported_once_and_its_operations_fail_once() {
             .put(&RdmaOp { cookie: 902, ..get })
             .unwrap_err(),
     ] {
-        assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
+        assert!(is_peer_failure(&e), "{e}");
     }
     assert!(!procs[0].rec.sends.contains_key(&900));
     assert!(!procs[0].rec.rdma.contains_key(&901));
@@ -423,7 +423,7 @@ fn a_peer_that_is_gone_before_we_dial_fails_its_sends_once() {
             assert!(procs[0].rec.sends[&1][0].is_err());
         }
         Ok(Completion::Done) => panic!("sent to a closed port"),
-        Err(e) => assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}"),
+        Err(e) => assert!(is_peer_failure(&e), "{e}"),
     }
     drive_some(&mut procs, &[0], "failure report", |p| {
         p[0].rec.failures_of(2) == 1
@@ -432,7 +432,7 @@ fn a_peer_that_is_gone_before_we_dial_fails_its_sends_once() {
     assert_eq!(procs[0].rec.failures_of(2), 1);
     assert_eq!(procs[0].rec.repeated_completion(), None);
     let e = procs[0].m().sendi(2, 0, b"", b"x").unwrap_err();
-    assert!(is_kind(&e, ErrorKind::PEER_FAILED), "{e}");
+    assert!(is_peer_failure(&e), "{e}");
     still_working(&mut procs, 1);
 }
 
@@ -584,10 +584,10 @@ fn silent_peer_in_own_netns() {
     );
     assert!(took < Duration::from_secs(20), "{took:?}");
     let (_, why) = &procs[0].rec.failed[0];
-    assert!(is_kind(why, ErrorKind::PEER_FAILED), "{why}");
+    assert_eq!(why.kind, ErrorKind::TIMED_OUT, "{why}");
     assert!(why.to_string().contains("timed out"), "{why}");
     let late = procs[0].m().send(1, 0, b"", b"late", 1).unwrap_err();
-    assert!(is_kind(&late, ErrorKind::PEER_FAILED), "{late}");
+    assert!(is_peer_failure(&late), "{late}");
     drop(procs);
     ip(&["link", "set", "lo", "up"]);
 
@@ -666,16 +666,14 @@ fn data_in_flight_to_a_silent_peer(spec: JobSpec, idle: Duration, why: &str) {
     match pending {
         Some(cookie) => {
             let send = &procs[0].rec.sends[&cookie];
-            assert!(is_kind(
-                send[0].as_ref().unwrap_err(),
-                ErrorKind::PEER_FAILED
-            ));
+            assert!(is_peer_failure(send[0].as_ref().unwrap_err()));
         }
         None => assert!(!procs[0].rec.sends.contains_key(&77)),
     }
     let (_, reason) = &procs[0].rec.failed[0];
+    assert_eq!(reason.kind, ErrorKind::TIMED_OUT, "{reason}");
     assert!(reason.to_string().contains(why), "{reason}");
     let late = procs[0].m().send(1, 0, b"", b"late", 2).unwrap_err();
-    assert!(is_kind(&late, ErrorKind::PEER_FAILED), "{late}");
+    assert!(is_peer_failure(&late), "{late}");
     assert_eq!(procs[0].rec.repeated_completion(), None);
 }

@@ -16,11 +16,11 @@ use fireopal_core::wire::am::ReassemblyError;
 
 /// How a peer failed, as far as this process can tell.
 ///
-/// The plugin interface has no error kinds for a closed connection, an
-/// ended process, a timeout or a failed authentication: transports report
-/// all of those as [`ErrorKind::PEER_FAILED`], which is
-/// [`Other`](Self::Other) here. The variants are the host's vocabulary, so
-/// that a runtime can match on them once transports can say so.
+/// Transports say which with the peer-failure kinds of the plugin
+/// interface ([`ErrorKind::CONNECTION_CLOSED`],
+/// [`ErrorKind::PROCESS_ENDED`], [`ErrorKind::TIMED_OUT`],
+/// [`ErrorKind::AUTHENTICATION`]); a plain [`ErrorKind::PEER_FAILED`],
+/// or a code this build does not know, is [`Other`](Self::Other).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FailureKind {
@@ -48,6 +48,10 @@ impl FailureKind {
         match kind {
             ErrorKind::MALFORMED => Self::ProtocolViolation,
             ErrorKind::UNREACHABLE => Self::Unreachable,
+            ErrorKind::CONNECTION_CLOSED => Self::ConnectionClosed,
+            ErrorKind::PROCESS_ENDED => Self::ProcessEnded,
+            ErrorKind::TIMED_OUT => Self::TimedOut,
+            ErrorKind::AUTHENTICATION => Self::Authentication,
             _ => Self::Other,
         }
     }
@@ -157,6 +161,10 @@ mod tests {
         let cases = [
             (ErrorKind::MALFORMED, FailureKind::ProtocolViolation),
             (ErrorKind::UNREACHABLE, FailureKind::Unreachable),
+            (ErrorKind::CONNECTION_CLOSED, FailureKind::ConnectionClosed),
+            (ErrorKind::PROCESS_ENDED, FailureKind::ProcessEnded),
+            (ErrorKind::TIMED_OUT, FailureKind::TimedOut),
+            (ErrorKind::AUTHENTICATION, FailureKind::Authentication),
             (ErrorKind::PEER_FAILED, FailureKind::Other),
             (ErrorKind::IO, FailureKind::Other),
             (ErrorKind(999), FailureKind::Other),

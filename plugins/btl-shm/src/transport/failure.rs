@@ -81,7 +81,7 @@ impl State {
                 .map(|peer| (peer.rank, sys::process_exited(peer.pidfd.as_raw_fd())));
             if let Some((rank, true)) = exited {
                 let error = PluginError::new(
-                    ErrorKind::PEER_FAILED,
+                    ErrorKind::PROCESS_ENDED,
                     format!("the process of rank {rank} exited"),
                 );
                 self.fail_peer(p, error);

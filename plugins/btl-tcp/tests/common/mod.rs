@@ -218,6 +218,12 @@ pub fn settle(procs: &mut [Proc], time: Duration) {
 /// the modules' period between looks at the clock.
 pub const SETTLE_ROUNDS: u32 = 256;
 
+/// Whether an error reports a failed peer, of any of the peer-failure
+/// kinds.
+pub fn is_peer_failure(e: &PluginError) -> bool {
+    e.kind.is_peer_failure()
+}
+
 /// Whether an error is of `kind`.
 pub fn is_kind(e: &PluginError, kind: ErrorKind) -> bool {
     e.kind == kind
