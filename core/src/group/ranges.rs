@@ -210,6 +210,12 @@ impl Runs {
     }
 
     /// Member index of parent rank `parent`, if it is in a run.
+    ///
+    /// Kept out of line: inlined into [`super::node::Node::rank_of`] it
+    /// makes every call there save three more registers, the world, dense
+    /// and stride answers included (their queries take only a few
+    /// nanoseconds, so that shows).
+    #[inline(never)]
     pub(super) fn rank_of(&self, parent: u32) -> Option<u32> {
         let i = if self.by_low.is_empty() {
             // Ascending runs in parent order: starts are sorted lows.
