@@ -48,7 +48,8 @@ impl Rng {
 /// What MPI 4.0 §7.3.2 says `range_incl` computes, written naively: per
 /// triplet, `first + k * stride` for k = 0, 1, … while it has not passed
 /// `last` in the stride's direction; each must be a rank of the group and
-/// not computed before; a zero stride is an error. The first problem in
+/// not computed before; a zero stride, or a `first` beyond `last` in the
+/// stride's direction (as MPICH has it), is an error. The first problem in
 /// order is the answer (the walk stops there, so huge triplets end fast).
 fn model(ranges: &[RankRange], size: u32) -> Result<Vec<u32>, RangeError> {
     let mut seen = vec![false; size as usize];
@@ -57,6 +58,9 @@ fn model(ranges: &[RankRange], size: u32) -> Result<Vec<u32>, RangeError> {
         let (f, l, s) = (i64::from(r.first), i64::from(r.last), i64::from(r.stride));
         if s == 0 {
             return Err(RangeError::ZeroStride { triplet });
+        }
+        if (s > 0 && f > l) || (s < 0 && f < l) {
+            return Err(RangeError::WrongDirection { triplet });
         }
         let mut x = f;
         while (s > 0 && x <= l) || (s < 0 && x >= l) {
@@ -192,7 +196,10 @@ fn range_model_cases_from_the_standard() {
     // The examples the model must get right, checked by hand.
     assert_eq!(model(&[RankRange::new(0, 1, 2)], 1), Ok(vec![0]));
     assert_eq!(model(&[RankRange::new(6, -1, -3)], 7), Ok(vec![6, 3, 0]));
-    assert_eq!(model(&[RankRange::new(2, 8, -1)], 10), Ok(vec![]));
+    assert_eq!(
+        model(&[RankRange::new(2, 8, -1)], 10),
+        Err(RangeError::WrongDirection { triplet: 0 })
+    );
     assert_eq!(
         model(&[RankRange::new(0, 4, 2), RankRange::new(4, 3, -1)], 5),
         Err(RangeError::Duplicate {
@@ -408,6 +415,10 @@ fn members_walk_equals_lookup_in_every_representation() {
     for g in &tops {
         let mut level = g.clone();
         for step in 0..4 {
+            if level.is_empty() {
+                // No triplet of an empty group runs towards its `last`.
+                break;
+            }
             let n = level.size() as i32;
             let next = match step {
                 0 => level.range_incl(&[RankRange::new(0, n - 1, 2)]),

@@ -274,29 +274,28 @@ fn range_triplets_follow_mpi_computed_ranks_only() {
         members(&w.range_incl(&[RankRange::new(9, 0, i32::MIN)]).unwrap()),
         [9]
     );
-    // `first` beyond `last` in the stride's direction computes nothing,
-    // wherever the two lie.
-    for empty in [
+    // `first` beyond `last` in the stride's direction runs away from
+    // `last`: refused wherever the two lie, as MPICH refuses it.
+    for away in [
         RankRange::new(2, 8, -1),
         RankRange::new(8, 2, 3),
         RankRange::new(50, -50, 1),
         RankRange::new(-50, 50, -1),
         RankRange::new(i32::MAX, i32::MIN, 1),
     ] {
-        let g = w
-            .range_incl(&[RankRange::new(3, 3, 1), empty, RankRange::new(5, 6, 1)])
-            .unwrap();
-        assert_eq!(members(&g), [3, 5, 6], "{empty:?}");
-        let g = w.range_excl(&[empty]).unwrap();
-        assert_eq!(g.compare(&w), Comparison::Identical, "{empty:?}");
+        let e = w
+            .range_incl(&[RankRange::new(3, 3, 1), away, RankRange::new(5, 6, 1)])
+            .unwrap_err();
+        assert_eq!(e, RangeError::WrongDirection { triplet: 1 }, "{away:?}");
+        let e = w.range_excl(&[away]).unwrap_err();
+        assert_eq!(e, RangeError::WrongDirection { triplet: 0 }, "{away:?}");
     }
     // Even over the empty group.
     assert_eq!(
         Group::empty()
             .range_incl(&[RankRange::new(4, 0, 1)])
-            .unwrap()
-            .size(),
-        0
+            .unwrap_err(),
+        RangeError::WrongDirection { triplet: 0 }
     );
     assert_eq!(
         Group::empty()
@@ -344,13 +343,17 @@ fn range_excl_refuses_bad_triplets() {
         }
     );
     assert_eq!(
-        w.range_excl(&[RankRange::new(3, 2, 1), RankRange::new(-1, -1, 1)])
+        w.range_excl(&[RankRange::new(3, 3, 1), RankRange::new(-1, -1, 1)])
             .unwrap_err(),
         RangeError::OutOfRange {
             triplet: 1,
             rank: -1,
             size: 10
         }
+    );
+    assert_eq!(
+        w.range_excl(&[RankRange::new(3, 2, 1)]).unwrap_err(),
+        RangeError::WrongDirection { triplet: 0 }
     );
     assert_eq!(
         w.range_excl(&[RankRange::new(1, 3, 1), RankRange::new(3, 3, 1)])

@@ -139,8 +139,8 @@ fn pick_ranks(rng: &mut Rng, size: u32) -> Vec<u32> {
 
 /// Up to four valid triplets computing distinct ranks of a group of
 /// `size`. Their `last` is often not reached, or past the group's end (or
-/// below 0 for a negative stride) where the stride steps over it, and
-/// some compute nothing: all valid under MPI.
+/// below 0 for a negative stride) where the stride steps over it: all
+/// valid under MPI.
 fn pick_ranges(rng: &mut Rng, size: u32) -> Vec<RankRange> {
     let mut taken = vec![false; size as usize];
     let mut out = Vec::new();
@@ -162,8 +162,6 @@ fn pick_ranges(rng: &mut Rng, size: u32) -> Vec<RankRange> {
                 let last = beyond - i64::from(stride.signum());
                 RankRange::new(first, last as i32, stride)
             }
-            // Running away from `last`: computes nothing.
-            1 if first != last => RankRange::new(first, last, -stride),
             _ => RankRange::new(first, last, stride),
         };
         let named = model_triplet(range);
@@ -215,14 +213,18 @@ fn model_rank_list(ranks: &[u32], size: u32) -> Result<(), RankListError> {
 }
 
 /// What `range_incl`/`range_excl` must answer for triplets, per MPI:
-/// every computed rank valid and computed once, no zero stride; the first
-/// problem in triplet order is the error.
+/// every computed rank valid and computed once, no zero stride, no
+/// `first` beyond `last` in the stride's direction; the first problem in
+/// triplet order is the error.
 fn model_ranges(ranges: &[RankRange], size: u32) -> Result<Vec<u32>, RangeError> {
     let mut seen = vec![false; size as usize];
     let mut out = Vec::new();
     for (triplet, &r) in ranges.iter().enumerate() {
         if r.stride == 0 {
             return Err(RangeError::ZeroStride { triplet });
+        }
+        if (r.stride > 0 && r.first > r.last) || (r.stride < 0 && r.first < r.last) {
+            return Err(RangeError::WrongDirection { triplet });
         }
         for computed in model_triplet(r) {
             if computed < 0 || computed >= i64::from(size) {

@@ -79,6 +79,12 @@ pub enum RangeError {
         /// Position of the triplet.
         triplet: usize,
     },
+    /// Triplet `triplet` runs away from its `last`: `first` lies beyond
+    /// `last` in the stride's direction (MPICH refuses it too).
+    WrongDirection {
+        /// Position of the triplet.
+        triplet: usize,
+    },
     /// Triplet `triplet` computes `rank`, which is not a rank of the group
     /// (negative, or at least its size).
     OutOfRange {
@@ -105,6 +111,10 @@ impl fmt::Display for RangeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroStride { triplet } => write!(f, "triplet {triplet} has a zero stride"),
+            Self::WrongDirection { triplet } => write!(
+                f,
+                "triplet {triplet} runs away from its last rank (first beyond last in the stride's direction)"
+            ),
             Self::OutOfRange {
                 triplet,
                 rank,

@@ -5,12 +5,12 @@
 //! A triplet `(first, last, stride)` computes `first, first + stride, …,
 //! first + ⌊(last - first) / stride⌋ · stride`: the ranks from `first`
 //! towards `last` in the stride's direction, `last` included when reached.
-//! When `last` lies before `first` in that direction it computes nothing.
-//! MPI requires only that every *computed* rank be a valid rank of the
-//! group and that no rank be computed twice (by two triplets or one); the
-//! stride must not be zero. So `(0, 1, 2)` in a group of one computes rank
-//! 0 and is accepted, `last` may be negative or past the group, and
-//! `(5, 0, 1)` names no rank at all, whatever the group's size.
+//! MPI requires that every *computed* rank be a valid rank of the group
+//! and that no rank be computed twice (by two triplets or one); the stride
+//! must not be zero, and `first` may lie beyond `last` only for a negative
+//! stride. So `(0, 1, 2)` in a group of one computes rank 0 and is
+//! accepted, and `last` may be negative or past the group; `(5, 0, 1)`,
+//! which runs away from its `last`, is refused, as MPICH refuses it.
 
 use alloc::vec::Vec;
 
@@ -25,8 +25,7 @@ use super::{Marks, RangeError};
 /// Only the computed ranks must be ranks of the group, and no rank may be
 /// computed twice across the triplets of one call; `last` need not be a
 /// rank nor be reached, and may be negative or past the group. A `first`
-/// beyond `last` in the stride's direction computes nothing. A zero stride
-/// is refused.
+/// beyond `last` in the stride's direction and a zero stride are refused.
 ///
 /// ```
 /// use fireopal_core::group::{Group, RankRange};
@@ -36,8 +35,8 @@ use super::{Marks, RangeError};
 /// assert_eq!(one.range_incl(&[RankRange::new(0, 1, 2)])?.size(), 1);
 /// // Computes 0, then -2: refused.
 /// assert!(one.range_incl(&[RankRange::new(0, -3, -2)]).is_err());
-/// // Computes nothing.
-/// assert_eq!(one.range_incl(&[RankRange::new(5, 0, 1)])?.size(), 0);
+/// // Runs away from its `last`: refused.
+/// assert!(one.range_incl(&[RankRange::new(0, -1, 2)]).is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
@@ -79,8 +78,8 @@ impl RankRange {
 
 /// Expands `ranges` over a group of `size` ranks, in triplet order and
 /// each triplet in its own order: the computed ranks, and their marks.
-/// The first zero stride, computed rank outside the group or repeated
-/// rank is the error. Each computed rank is checked as it is reached, so
+/// The first zero stride, triplet running away from its `last`, computed
+/// rank outside the group or repeated rank is the error. Each computed rank is checked as it is reached, so
 /// the work is at most `size + 1` steps past the triplets, however far
 /// their `last` lies.
 pub(super) fn expand(ranges: &[RankRange], size: u32) -> Result<(Vec<u32>, Marks), RangeError> {
@@ -89,6 +88,9 @@ pub(super) fn expand(ranges: &[RankRange], size: u32) -> Result<(Vec<u32>, Marks
     for (triplet, range) in ranges.iter().enumerate() {
         if range.stride == 0 {
             return Err(RangeError::ZeroStride { triplet });
+        }
+        if range.count() == 0 {
+            return Err(RangeError::WrongDirection { triplet });
         }
         let (first, stride) = (i64::from(range.first), i64::from(range.stride));
         for k in 0..range.count() {
