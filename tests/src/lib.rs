@@ -84,19 +84,12 @@ pub fn host_binary() -> Result<PathBuf, String> {
 // Fixture builds share one target directory and output file names.
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
-/// Runs `cargo build` on the crate at `manifest_dir` with extra
-/// environment variables and returns `target/fixtures/debug`. Holds a
-/// process-wide lock: callers copy what they need before releasing it
-/// through the returned guard.
-pub fn build_fixture(
-    manifest_dir: &Path,
-    envs: &[(&str, &str)],
-) -> Result<(PathBuf, std::sync::MutexGuard<'static, ()>), String> {
-    let guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+/// `cargo <subcommand>` on the crate at `manifest_dir` with extra
+/// environment variables, in the fixtures' target directory.
+fn fixture_cargo(subcommand: &str, manifest_dir: &Path, envs: &[(&str, &str)]) -> Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Command::new(cargo);
-    cmd.arg("build")
-        .arg("--quiet")
+    cmd.arg(subcommand)
         .arg("--manifest-path")
         .arg(manifest_dir.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", fixture_target_dir())
@@ -107,7 +100,22 @@ pub fn build_fixture(
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    cmd
+}
+
+/// Runs `cargo build` on the crate at `manifest_dir` with extra
+/// environment variables and returns `target/fixtures/debug`. Holds a
+/// process-wide lock: callers copy what they need before releasing it
+/// through the returned guard.
+pub fn build_fixture(
+    manifest_dir: &Path,
+    envs: &[(&str, &str)],
+) -> Result<(PathBuf, std::sync::MutexGuard<'static, ()>), String> {
+    let guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = fixture_cargo("build", manifest_dir, envs)
+        .arg("--quiet")
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "building {} failed:\n{}",
@@ -123,19 +131,9 @@ pub fn build_fixture(
 /// under the same lock as [`build_fixture`]; its output, passed or not.
 pub fn test_fixture(manifest_dir: &Path, envs: &[(&str, &str)]) -> Result<Output, String> {
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut cmd = Command::new(cargo);
-    cmd.arg("test")
-        .arg("--manifest-path")
-        .arg(manifest_dir.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", fixture_target_dir())
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET_DIR");
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.output().map_err(|e| format!("cannot run cargo: {e}"))
+    fixture_cargo("test", manifest_dir, envs)
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))
 }
 
 /// Compiles C source into a shared library with the system C compiler.
