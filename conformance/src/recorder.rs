@@ -31,6 +31,9 @@ pub struct Recorder {
     pub rdma: HashMap<u64, Vec<Result<(), PluginError>>>,
     /// `peer_failed` reports.
     pub failed: Vec<(Rank, PluginError)>,
+    /// Fragments delivered per sender, so that a wait on a count does not
+    /// walk every fragment at each poll.
+    counts: HashMap<Rank, usize>,
 }
 
 impl Recorder {
@@ -41,7 +44,7 @@ impl Recorder {
 
     /// How many fragments `peer` sent.
     pub fn count_from(&self, peer: Rank) -> usize {
-        self.from(peer).count()
+        self.counts.get(&peer).copied().unwrap_or(0)
     }
 
     /// How many times `peer` was reported failed.
@@ -71,6 +74,7 @@ impl Recorder {
 
 impl EventSink for Recorder {
     fn deliver(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        *self.counts.entry(peer).or_default() += 1;
         self.delivered.push(Delivered {
             peer,
             tag,
