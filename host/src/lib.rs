@@ -76,5 +76,9 @@
 pub mod bootstrap;
 pub mod btl;
 pub mod memheap;
+pub mod p2p;
 pub mod param;
 pub mod plugin;
+mod runtime;
+
+pub use runtime::{Runtime, RuntimeError};

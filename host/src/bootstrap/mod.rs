@@ -45,6 +45,7 @@ use std::fmt;
 use std::io::{self, Read};
 
 mod codec;
+mod exchange;
 pub mod launch;
 mod pmi;
 mod server;
@@ -53,6 +54,7 @@ mod wire;
 
 pub use codec::CorruptValue;
 use codec::Space;
+pub use exchange::{BootstrapError, Exchange};
 use pmi::PmiClient;
 pub use wire::Malformed;
 

@@ -21,7 +21,7 @@ use fireopal_core::wire::am::{
     decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
 };
 
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::Exchange;
 use crate::plugin::{Framework, Registry};
 
 /// Tags from here up belong to the framework.
@@ -49,7 +49,7 @@ pub struct Incoming<'a> {
     pub payload: &'a [u8],
 }
 
-type Handler = Box<dyn FnMut(&Incoming<'_>)>;
+type Handler = Box<dyn FnMut(&Incoming<'_>, &mut Replies)>;
 
 /// Identifies a send whose completion comes later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -209,6 +209,10 @@ pub struct Messenger {
     slots: Vec<ModuleSlot>,
     routes: Vec<Route>,
     handlers: Vec<Option<Handler>>,
+    replies: Replies,
+    /// Counts peer failures recorded, so that layers above notice new ones
+    /// without taking them from the user.
+    failure_epoch: u64,
     next_cookie: u64,
     next_send: u64,
     /// cookie -> (key into `outstanding`, module the operation is on)
@@ -243,8 +247,13 @@ impl fmt::Debug for Messenger {
 
 impl Messenger {
     /// Opens every module of every selected BTL, exchanges addresses with
-    /// the job (collective: every rank must call it) and builds routes.
-    pub fn init(registry: &Registry, boot: &mut Bootstrap) -> Result<Self, InitError> {
+    /// the job through `boot` (collective: every rank must call it) and
+    /// builds routes. `boot` is the job's [`Bootstrap`](crate::bootstrap::Bootstrap)
+    /// or a runtime's own [`Exchange`].
+    pub fn init<X: Exchange + ?Sized>(
+        registry: &Registry,
+        boot: &mut X,
+    ) -> Result<Self, InitError> {
         let rank = boot.rank();
         let size = boot.size();
         let log = registry.host_log("btl");
@@ -261,18 +270,21 @@ impl Messenger {
             .collect();
         let directory = encode_directory(&entries).map_err(InitError::Directory)?;
         boot.put(DIRECTORY_KEY, &directory)
-            .map_err(|e| InitError::Bootstrap(ExchangeError::Put(e)))?;
+            .map_err(|e| InitError::Bootstrap(ExchangeError::Put(Box::new(e))))?;
         boot.fence()
-            .map_err(|e| InitError::Bootstrap(ExchangeError::Fence(e)))?;
+            .map_err(|e| InitError::Bootstrap(ExchangeError::Fence(Box::new(e))))?;
 
         // For every local module, the address each peer published for the
         // same (component, index).
         let mut peer_addresses: Vec<Vec<(Rank, Vec<u8>)>> = vec![Vec::new(); slots.len()];
         let mut rank0_components = std::collections::HashSet::new();
         for peer in 0..size {
-            let bytes = boot
-                .get(peer, DIRECTORY_KEY)
-                .map_err(|error| InitError::Bootstrap(ExchangeError::Get { peer, error }))?;
+            let bytes = boot.get(peer, DIRECTORY_KEY).map_err(|error| {
+                InitError::Bootstrap(ExchangeError::Get {
+                    peer,
+                    error: Box::new(error),
+                })
+            })?;
             let dir = decode_directory(&bytes)
                 .map_err(|error| InitError::BadDirectory { peer, error })?;
             if peer == 0 {
@@ -368,6 +380,8 @@ impl Messenger {
             slots,
             routes,
             handlers,
+            replies: Replies::default(),
+            failure_epoch: 0,
             next_cookie: 1,
             next_send: 1,
             cookies: HashMap::default(),
@@ -438,15 +452,30 @@ impl Messenger {
     pub fn register(
         &mut self,
         tag: u8,
-        handler: impl FnMut(&Incoming<'_>) + 'static,
+        mut handler: impl FnMut(&Incoming<'_>) + 'static,
+    ) -> Result<(), SendError> {
+        self.register_replying(tag, move |msg, _| handler(msg))
+    }
+
+    /// Installs a handler that may answer: what it queues on [`Replies`]
+    /// is sent once the module that delivered the message has returned.
+    /// Tags from [`FIRST_RESERVED_TAG`] are refused.
+    pub fn register_replying(
+        &mut self,
+        tag: u8,
+        handler: impl FnMut(&Incoming<'_>, &mut Replies) + 'static,
     ) -> Result<(), SendError> {
         if tag >= FIRST_RESERVED_TAG {
             return Err(SendError::ReservedTag(tag));
         }
-        if let Some(h) = self.handlers.get_mut(usize::from(tag)) {
-            *h = Some(Box::new(handler));
-        }
+        self.set_handler(tag, Box::new(handler));
         Ok(())
+    }
+
+    fn set_handler(&mut self, tag: u8, handler: Handler) {
+        if let Some(h) = self.handlers.get_mut(usize::from(tag)) {
+            *h = Some(handler);
+        }
     }
 
     fn module_for(&self, peer: Rank) -> Result<usize, SendError> {
@@ -488,9 +517,9 @@ impl Messenger {
                     max: max_header,
                 });
             }
-            return self.send_one(i, peer, tag, header, payload);
+            return self.send_one(i, peer, tag, header, payload, Class::User);
         }
-        self.send_fragmented(i, peer, tag, header, payload)
+        self.send_fragmented(i, peer, tag, header, payload, Class::User)
     }
 
     fn send_one(
@@ -500,12 +529,15 @@ impl Messenger {
         tag: u8,
         header: &[u8],
         payload: &[u8],
+        class: Class,
     ) -> Result<SendTicket, SendError> {
         if self.sendi_on(i, peer, tag, header, payload)? {
             return Ok(SendTicket::Done);
         }
         let (h, p) = (RSlice::from_slice(header), RSlice::from_slice(payload));
-        self.start_tracked(i, |module, cookie| module.send(peer, tag, h, p, cookie))
+        self.start_tracked(i, class, |module, cookie| {
+            module.send(peer, tag, h, p, cookie)
+        })
     }
 
     /// The module for `peer`, refusing the framework's own tags.
@@ -544,6 +576,7 @@ impl Messenger {
     fn start_tracked(
         &mut self,
         i: usize,
+        class: Class,
         start: impl FnOnce(&mut BtlModuleBox, u64) -> RResult<Completion, PluginError>,
     ) -> Result<SendTicket, SendError> {
         let cookie = self.next_cookie;
@@ -554,7 +587,7 @@ impl Messenger {
             .map_err(SendError::Module)?
         {
             Completion::Done => Ok(SendTicket::Done),
-            Completion::Pending => Ok(self.track_pending(cookie, i)),
+            Completion::Pending => Ok(self.track_pending(cookie, i, class)),
         }
     }
 
@@ -586,10 +619,9 @@ impl Messenger {
 
     /// Records a single operation module `i` will complete later under
     /// `cookie` (the next cookie, now used up).
-    fn track_pending(&mut self, cookie: u64, i: usize) -> SendTicket {
+    fn track_pending(&mut self, cookie: u64, i: usize, class: Class) -> SendTicket {
         self.next_cookie += 1;
-        let id = SendId(self.next_send);
-        self.next_send += 1;
+        let id = self.next_id(class);
         self.cookies.insert(cookie, (id, i));
         self.outstanding.insert(
             id,
@@ -609,6 +641,7 @@ impl Messenger {
         tag: u8,
         header: &[u8],
         payload: &[u8],
+        class: Class,
     ) -> Result<SendTicket, SendError> {
         self.slots[i].active = true;
         let attrs = self.slots[i].attrs;
@@ -630,8 +663,7 @@ impl Messenger {
         first.extend_from_slice(header);
         let chunk = usize::try_from(attrs.max_send_size).unwrap_or(usize::MAX);
         let first_chunk = chunk - first.len();
-        let id = SendId(self.next_send);
-        self.next_send += 1;
+        let id = self.next_id(class);
         let mut parts = 0usize;
         let mut offset = 0usize;
         let mut result = Ok(());
@@ -665,9 +697,10 @@ impl Messenger {
                 Err(e) => {
                     // The peer now holds a partial message; it is unusable.
                     if let Some(r) = self.routes.get_mut(peer as usize) {
-                        r.failed.get_or_insert_with(|| {
-                            Box::new(PeerFailure::FragmentedSend(e.clone()))
-                        });
+                        if r.failed.is_none() {
+                            r.failed = Some(Box::new(PeerFailure::FragmentedSend(e.clone())));
+                            self.failure_epoch += 1;
+                        }
                     }
                     result = Err(SendError::Module(e));
                     break;
@@ -721,6 +754,8 @@ impl Messenger {
             let mut sink = Sink {
                 module: i,
                 handlers: &mut self.handlers,
+                replies: &mut self.replies,
+                failure_epoch: &mut self.failure_epoch,
                 reassembly: &mut self.reassembly,
                 cookies: &mut self.cookies,
                 outstanding: &mut self.outstanding,
@@ -748,13 +783,24 @@ impl Messenger {
         for (i, error) in failed {
             self.close_module(i, error);
         }
+        if !self.replies.is_empty() {
+            self.send_replies();
+        }
         Ok(events)
     }
 
     /// Completions of sends that answered [`SendTicket::Pending`], each
-    /// reported once.
+    /// reported once, and of handlers' replies that failed or completed
+    /// later.
     pub fn take_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
-        std::mem::take(&mut self.completions)
+        if self.completions.iter().all(|(id, _)| !id.is_internal()) {
+            return std::mem::take(&mut self.completions);
+        }
+        let (user, internal) = std::mem::take(&mut self.completions)
+            .into_iter()
+            .partition(|(id, _)| !id.is_internal());
+        self.completions = internal;
+        user
     }
 
     /// Number of sends not yet complete.
@@ -777,6 +823,8 @@ impl Messenger {
 struct Sink<'a> {
     module: usize,
     handlers: &'a mut Vec<Option<Handler>>,
+    replies: &'a mut Replies,
+    failure_epoch: &'a mut u64,
     reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
     cookies: &'a mut HashMap<u64, (SendId, usize), IdHash>,
     outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
@@ -824,7 +872,8 @@ impl Sink<'_> {
         };
         // A panic must not unwind into the module's frames (it would abort
         // the process): keep it and resume once the module has returned.
-        if let Err(p) = catch_unwind(AssertUnwindSafe(|| handler(&msg))) {
+        let replies = &mut *self.replies;
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| handler(&msg, replies))) {
             self.panic = Some(p);
         }
     }
@@ -833,6 +882,7 @@ impl Sink<'_> {
         if let Some(r) = self.routes.get_mut(peer as usize) {
             if r.failed.is_none() {
                 r.failed = Some(Box::new(failure.clone()));
+                *self.failure_epoch += 1;
                 self.failures.push((peer, failure));
             }
         }
@@ -899,12 +949,20 @@ impl BtlEventSink for Sink<'_> {
 mod failover;
 mod failure;
 mod init_error;
+mod layered;
 mod rdma;
+mod replies;
 mod segments;
 mod transfer;
+mod wait;
+
+pub(crate) use layered::Class;
+pub use replies::Replies;
+pub(crate) use wait::StallWatch;
+pub use wait::WaitError;
 
 pub use failure::{FailureKind, PeerFailure};
-pub use init_error::{ExchangeError, InitError};
+pub use init_error::{ExchangeError, ExchangeFailure, InitError};
 pub use rdma::MemoryHandle;
 pub use segments::SegmentHandle;
 pub use transfer::TransferBufferHandle;

@@ -31,8 +31,9 @@
 mod messenger;
 pub mod self_btl;
 
+pub(crate) use messenger::StallWatch;
 pub use messenger::{
-    ExchangeError, FailureKind, Incoming, InitError, MemoryHandle, Messenger, PeerFailure,
-    ProgressError, RouteInfo, SegmentHandle, SendError, SendId, SendTicket, TransferBufferHandle,
-    FIRST_RESERVED_TAG,
+    ExchangeError, ExchangeFailure, FailureKind, Incoming, InitError, MemoryHandle, Messenger,
+    PeerFailure, ProgressError, Replies, RouteInfo, SegmentHandle, SendError, SendId, SendTicket,
+    TransferBufferHandle, WaitError, FIRST_RESERVED_TAG,
 };

@@ -389,7 +389,10 @@ impl Registry {
                 "warn (on rank 0) about --param names and FIREOPAL_* variables that no loaded component has",
             ),
         ];
-        for spec in framework_params {
+        for spec in framework_params
+            .into_iter()
+            .chain(crate::p2p::param_specs())
+        {
             if let Err(e) = params.register("fireopal", "", spec) {
                 errors.push(DiscoveryError::Param(e));
             }

@@ -236,6 +236,7 @@ impl Messenger {
                             error: error.clone(),
                         };
                         route.failed = Some(Box::new(failure.clone()));
+                        self.failure_epoch += 1;
                         self.failures.push((peer, failure));
                     }
                 }

@@ -153,7 +153,7 @@ mod tests {
     use abi_stable::std_types::RSlice;
     use fireopal_abi::btl::BtlEventSink;
 
-    use super::super::{Route, SendError, Sink, TAG_FRAG_NEXT};
+    use super::super::{Replies, Route, SendError, Sink, TAG_FRAG_NEXT};
     use super::*;
 
     #[test]
@@ -221,9 +221,13 @@ mod tests {
         let mut completions = Vec::new();
         let mut failures = Vec::new();
         let mut routes: Vec<Route> = (0..3).map(|_| Route::default()).collect();
+        let mut replies = Replies::default();
+        let mut epoch = 0;
         let mut sink = Sink {
             module: 0,
             handlers: &mut handlers,
+            replies: &mut replies,
+            failure_epoch: &mut epoch,
             reassembly: &mut reassembly,
             cookies: &mut cookies,
             outstanding: &mut outstanding,

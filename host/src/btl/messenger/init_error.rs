@@ -7,8 +7,6 @@ use fireopal_abi::btl::Rank;
 use fireopal_abi::PluginError;
 use fireopal_core::wire::am::{EncodeError, ParseError};
 
-use crate::bootstrap::{GetError, PutError, WireError};
-
 /// Why the framework could not start.
 #[derive(Debug)]
 pub enum InitError {
@@ -34,19 +32,24 @@ pub enum InitError {
     },
 }
 
-/// The step of the address exchange that failed in the bootstrap.
+/// The error an [`Exchange`](crate::bootstrap::Exchange) implementation
+/// reported, kept whole.
+pub type ExchangeFailure = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The step of the address exchange that failed, with the exchange's
+/// error.
 #[derive(Debug)]
 pub enum ExchangeError {
     /// Publishing this process's directory.
-    Put(PutError),
+    Put(ExchangeFailure),
     /// The fence after every rank published.
-    Fence(WireError),
+    Fence(ExchangeFailure),
     /// Reading a peer's directory.
     Get {
         /// The peer.
         peer: Rank,
-        /// The bootstrap's error.
-        error: GetError,
+        /// The exchange's error.
+        error: ExchangeFailure,
     },
 }
 
@@ -63,9 +66,7 @@ impl fmt::Display for ExchangeError {
 impl std::error::Error for ExchangeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Put(e) => Some(e),
-            Self::Fence(e) => Some(e),
-            Self::Get { error, .. } => Some(error),
+            Self::Put(e) | Self::Fence(e) | Self::Get { error: e, .. } => Some(e.as_ref()),
         }
     }
 }
@@ -104,6 +105,7 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
+    use crate::bootstrap::{GetError, WireError};
 
     #[test]
     fn every_variant_with_a_cause_returns_it_as_source() {
@@ -113,7 +115,7 @@ mod tests {
         };
         let get = InitError::Bootstrap(ExchangeError::Get {
             peer: 3,
-            error: not_found(),
+            error: Box::new(not_found()),
         });
         let exchange = get.source().and_then(|e| e.downcast_ref::<ExchangeError>());
         assert!(matches!(exchange, Some(ExchangeError::Get { peer: 3, .. })));
@@ -138,7 +140,7 @@ mod tests {
         );
         let big = InitError::Directory(EncodeError::TooManyEntries);
         assert!(big.source().is_some_and(|e| e.is::<EncodeError>()));
-        let fence = InitError::Bootstrap(ExchangeError::Fence(WireError::Finalized));
+        let fence = InitError::Bootstrap(ExchangeError::Fence(Box::new(WireError::Finalized)));
         let wire = fence.source().and_then(|e| e.source());
         assert!(wire.is_some_and(|e| e.is::<WireError>()));
         let module = InitError::Module {

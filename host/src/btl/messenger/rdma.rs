@@ -3,7 +3,7 @@
 use abi_stable::std_types::RSlice;
 use fireopal_abi::btl::{Access, MemRegion, Rank, RdmaOp};
 
-use super::{Messenger, SendError, SendTicket};
+use super::{Class, Messenger, SendError, SendTicket};
 
 /// A memory registration made through [`Messenger::register_memory`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,15 @@ impl Messenger {
         remote_addr: u64,
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
-        self.rdma(true, peer, local, local_handle, remote_addr, remote_key)
+        self.rdma(
+            true,
+            Class::User,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+            remote_key,
+        )
     }
 
     /// Reads `peer`'s memory at `remote_addr` into `local`.
@@ -73,12 +81,22 @@ impl Messenger {
         remote_addr: u64,
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
-        self.rdma(false, peer, local, local_handle, remote_addr, remote_key)
+        self.rdma(
+            false,
+            Class::User,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+            remote_key,
+        )
     }
 
-    fn rdma(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rdma(
         &mut self,
         write: bool,
+        class: Class,
         peer: Rank,
         local: MemRegion,
         local_handle: Option<&MemoryHandle>,
@@ -86,7 +104,7 @@ impl Messenger {
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
         let i = self.module_for(peer)?;
-        self.start_tracked(i, |module, cookie| {
+        self.start_tracked(i, class, |module, cookie| {
             let op = RdmaOp {
                 peer,
                 local,

@@ -4,7 +4,7 @@ use abi_stable::std_types::RSlice;
 use fireopal_abi::btl::{MemRegion, Rank};
 use fireopal_abi::PluginError;
 
-use super::{Messenger, SendError, SendTicket};
+use super::{Class, Messenger, SendError, SendTicket};
 
 /// Memory from a transport that peers read with a single copy (see
 /// [`Messenger::alloc_transfer_buffer`]). Valid until freed through the
@@ -134,7 +134,7 @@ impl Messenger {
         payload: MemRegion,
     ) -> Result<SendTicket, SendError> {
         let header = RSlice::from_slice(header);
-        self.start_tracked(i, |module, cookie| {
+        self.start_tracked(i, Class::User, |module, cookie| {
             module.send_in_place(peer, tag, header, payload, cookie)
         })
     }

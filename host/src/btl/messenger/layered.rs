@@ -1,0 +1,115 @@
+//! What the library's own layers (point-to-point) use of the messenger:
+//! handlers and sends on the framework's reserved tags, one-sided reads
+//! whose completions stay apart from the user's, and a count of peer
+//! failures that does not take them from the user.
+
+use fireopal_abi::btl::{MemRegion, Rank};
+
+use super::{
+    Handler, Incoming, MemoryHandle, Messenger, Replies, SendError, SendId, SendTicket,
+    FIRST_RESERVED_TAG,
+};
+
+/// Whose operation a send or RDMA is: its completion goes to
+/// [`Messenger::take_completions`] (the user's) or to
+/// [`Messenger::take_layer_completions`] (a layer's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    User,
+    Layer,
+}
+
+/// The bit that marks a layer's [`SendId`]s.
+const LAYER_BIT: u64 = 1 << 63;
+
+impl SendId {
+    /// Whether the id belongs to one of the library's layers.
+    pub(super) fn is_internal(self) -> bool {
+        self.0 & LAYER_BIT != 0
+    }
+}
+
+impl Messenger {
+    /// The next id of an operation of `class`.
+    pub(super) fn next_id(&mut self, class: Class) -> SendId {
+        let n = self.next_send;
+        self.next_send += 1;
+        match class {
+            Class::User => SendId(n),
+            Class::Layer => SendId(n | LAYER_BIT),
+        }
+    }
+
+    /// Installs a layer's handler on a reserved tag (below the
+    /// fragmentation tags).
+    pub(crate) fn register_layer(
+        &mut self,
+        tag: u8,
+        handler: impl FnMut(&Incoming<'_>, &mut Replies) + 'static,
+    ) {
+        debug_assert!(tag >= FIRST_RESERVED_TAG && tag < super::TAG_FRAG_NEXT);
+        let handler: Handler = Box::new(handler);
+        self.set_handler(tag, handler);
+    }
+
+    /// Sends a layer's message on its reserved tag; a later completion
+    /// goes to [`take_layer_completions`](Self::take_layer_completions).
+    pub(crate) fn send_layer(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        let i = self.module_for(peer)?;
+        let attrs = self.slots[i].attrs;
+        let max_header = attrs.max_header_size as usize;
+        if header.len() as u64 + payload.len() as u64 <= attrs.max_send_size {
+            if header.len() > max_header {
+                return Err(SendError::HeaderTooLong {
+                    len: header.len(),
+                    max: max_header,
+                });
+            }
+            return self.send_one(i, peer, tag, header, payload, Class::Layer);
+        }
+        self.send_fragmented(i, peer, tag, header, payload, Class::Layer)
+    }
+
+    /// Reads `peer`'s memory into `local` for a layer.
+    pub(crate) fn get_layer(
+        &mut self,
+        peer: Rank,
+        local: MemRegion,
+        local_handle: Option<&MemoryHandle>,
+        remote_addr: u64,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        self.rdma(
+            false,
+            Class::Layer,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+            remote_key,
+        )
+    }
+
+    /// Completions of a layer's operations, each reported once.
+    pub(crate) fn take_layer_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
+        if self.completions.iter().all(|(id, _)| id.is_internal()) {
+            return std::mem::take(&mut self.completions);
+        }
+        let (layer, user) = std::mem::take(&mut self.completions)
+            .into_iter()
+            .partition(|(id, _)| id.is_internal());
+        self.completions = user;
+        layer
+    }
+
+    /// Grows by one for every peer recorded as failed.
+    pub(crate) fn failure_epoch(&self) -> u64 {
+        self.failure_epoch
+    }
+}

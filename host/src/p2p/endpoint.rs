@@ -1,0 +1,787 @@
+//! [`P2p`]: the endpoint, its sends and receives, and the work the
+//! protocol leaves for after each round of progress.
+
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+use std::time::Duration;
+
+use fireopal_abi::btl::{Access, BtlFlags, MemRegion, Rank};
+use fireopal_core::group::Group;
+use fireopal_core::id_hash::IdHash;
+use fireopal_core::p2p::{ContextId, Posted, RecvSpec, Source, Tag};
+use fireopal_core::wire::p2p::{
+    Cts, Data, Eager, Envelope as WireEnvelope, FinStatus, RndvProtocol, Rts,
+};
+
+use super::comm::{CommInner, ContextIds};
+use super::protocol::{
+    credit_header, fin_header, finish_status, Action, Arrived, Outgoing, Protocol, RecvTarget,
+    ReqId, ReqState,
+};
+use super::{Communicator, P2pError, Status};
+use crate::btl::{Messenger, SendId, SendTicket, StallWatch};
+use crate::param::ParamStore;
+
+/// The reserved active-message tag of the point-to-point protocol.
+pub(crate) const TAG_P2P: u8 = 0xFD;
+
+/// A layer operation whose completion matters.
+enum LayerOp {
+    /// A rendezvous read into this receive.
+    Get(ReqId),
+}
+
+/// Limits read from the parameters.
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    eager_limit: u64,
+    pipeline_fragment: u64,
+    stall: Option<Duration>,
+}
+
+/// The point-to-point endpoint of one process. See the [module
+/// docs](super).
+pub struct P2p {
+    messenger: Messenger,
+    pub(super) proto: Rc<RefCell<Protocol>>,
+    config: Config,
+    /// Eager limit per peer: the route's, capped by the parameter.
+    eager: Vec<u64>,
+    /// Next sequence number per (context, peer).
+    seqs: HashMap<(u32, Rank), u32, IdHash>,
+    layer_ops: HashMap<SendId, LayerOp, IdHash>,
+    epoch: u64,
+    /// Peers failed by the messenger or for breaking the protocol.
+    failed: HashMap<Rank, P2pError>,
+    pub(super) ids: ContextIds,
+    pub(super) world: Communicator,
+}
+
+impl fmt::Debug for P2p {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("P2p")
+            .field("rank", &self.messenger.rank())
+            .field("size", &self.messenger.size())
+            .field("failed", &self.failed.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What starting a send did.
+pub(super) enum Started {
+    /// The message left; nothing more to wait for.
+    Done,
+    /// A request waits for the receiver.
+    Waiting(ReqId),
+}
+
+impl P2p {
+    /// Puts the point-to-point layer on `messenger` (every rank of the
+    /// job does, in the same order as its other collective calls); reads
+    /// the `p2p_*` parameters from `params`.
+    pub fn new(mut messenger: Messenger, params: &ParamStore) -> Self {
+        let size = messenger.size();
+        let uint = |name: &str| match params.value(name) {
+            Some(
+                fireopal_abi::param::ParamValue::UInt(v) | fireopal_abi::param::ParamValue::Size(v),
+            ) => *v,
+            _ => 0,
+        };
+        let credits = u32::try_from(uint("p2p_eager_credits")).unwrap_or(u32::MAX);
+        let config = Config {
+            eager_limit: uint("p2p_eager_limit"),
+            pipeline_fragment: uint("p2p_pipeline_fragment"),
+            stall: match uint("p2p_stall_limit") {
+                0 => None,
+                s => Some(Duration::from_secs(s)),
+            },
+        };
+        let eager = (0..size)
+            .map(|peer| {
+                let route = messenger.attributes(peer).map_or(0, |a| a.eager_limit);
+                match config.eager_limit {
+                    0 => route,
+                    p => p.min(route),
+                }
+            })
+            .collect();
+        let proto = Rc::new(RefCell::new(Protocol::new(size, credits)));
+        let handler_state = Rc::clone(&proto);
+        messenger.register_layer(TAG_P2P, move |msg, _| {
+            if let Ok(mut p) = handler_state.try_borrow_mut() {
+                p.on_message(msg);
+            }
+        });
+        let world_group = Group::world(size.max(1)).unwrap_or_else(|_| Group::empty());
+        let world = Communicator::new(CommInner::new(0, world_group, messenger.rank()));
+        proto.borrow_mut().groups.insert(0, world.group().clone());
+        P2p {
+            messenger,
+            proto,
+            config,
+            eager,
+            seqs: HashMap::default(),
+            layer_ops: HashMap::default(),
+            epoch: 0,
+            failed: HashMap::new(),
+            ids: ContextIds::new(),
+            world,
+        }
+    }
+
+    /// The communicator of every rank of the job.
+    pub fn world(&self) -> Communicator {
+        self.world.clone()
+    }
+
+    /// The messenger underneath, for active messages and one-sided
+    /// operations of the runtime's own.
+    pub fn messenger(&mut self) -> &mut Messenger {
+        &mut self.messenger
+    }
+
+    /// Gives the messenger back (for a runtime that closes it itself).
+    pub fn into_messenger(self) -> Messenger {
+        self.messenger
+    }
+
+    /// The stall limit of blocking calls (`p2p_stall_limit`), if any.
+    pub fn stall_limit(&self) -> Option<Duration> {
+        self.config.stall
+    }
+
+    /// Sets the stall limit of blocking calls: `None` waits for ever.
+    pub fn set_stall_limit(&mut self, limit: Option<Duration>) {
+        self.config.stall = limit;
+    }
+
+    /// Drives the transports once and does what arrived messages asked
+    /// for. Returns the work done (0: nothing happened).
+    pub fn progress(&mut self) -> Result<usize, P2pError> {
+        let mut work = self.messenger.progress().map_err(P2pError::Progress)?;
+        for (id, status) in self.messenger.take_layer_completions() {
+            work += 1;
+            if let Some(LayerOp::Get(req)) = self.layer_ops.remove(&id) {
+                self.get_done(req, status.map_err(P2pError::from));
+            }
+        }
+        work += self.run_actions();
+        if self.messenger.failure_epoch() != self.epoch {
+            self.epoch = self.messenger.failure_epoch();
+            self.notice_failures();
+        }
+        let violations = std::mem::take(&mut self.proto.borrow_mut().violations);
+        for (peer, violation) in violations {
+            self.fail_peer(peer, P2pError::Protocol { peer, violation });
+        }
+        Ok(work)
+    }
+
+    /// Calls [`progress`](Self::progress) until `done` holds, within the
+    /// stall limit.
+    pub(super) fn wait_for(
+        &mut self,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) -> Result<(), P2pError> {
+        let mut watch = self.config.stall.map(StallWatch::new);
+        while !done(self) {
+            let work = self.progress()?;
+            if let Some(w) = &mut watch {
+                if w.stalled(work) {
+                    return Err(P2pError::Stalled { limit: w.limit() });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The world rank of `rank` of `comm`, refusing a freed communicator.
+    fn peer_of(&self, comm: &Communicator, rank: u32) -> Result<Rank, P2pError> {
+        if comm.is_freed() {
+            return Err(P2pError::FreedCommunicator);
+        }
+        comm.group().lookup(rank).ok_or(P2pError::NoSuchRank {
+            rank,
+            size: comm.size(),
+        })
+    }
+
+    /// Starts a send of `len` bytes at `ptr` on `context` of `comm`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` must stay readable and unchanged until the
+    /// returned request completes (or until this returns, for
+    /// [`Started::Done`]); `owned`, if any, is what keeps it alive.
+    pub(super) unsafe fn start_send(
+        &mut self,
+        comm: &Communicator,
+        context: u32,
+        dest: u32,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+        owned: Option<Box<dyn Any>>,
+    ) -> Result<Started, P2pError> {
+        if tag < 0 {
+            return Err(P2pError::InvalidTag(tag));
+        }
+        let peer = self.peer_of(comm, dest)?;
+        if let Some(e) = self.failed.get(&peer) {
+            return Err(e.clone());
+        }
+        let seq_slot = self.seqs.entry((context, peer)).or_insert(0);
+        let seq = *seq_slot;
+        *seq_slot = seq.wrapping_add(1);
+        let envelope = WireEnvelope {
+            context,
+            source: comm.rank(),
+            tag,
+            seq,
+        };
+        // SAFETY: the caller keeps `len` bytes at `ptr` alive and
+        // unchanged for the whole send.
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
+        let eager_limit = self.eager.get(peer as usize).copied().unwrap_or(0);
+        {
+            let mut proto = self.proto.borrow_mut();
+            let credits = proto.send_credits.get_mut(peer as usize);
+            if let Some(c) = credits.filter(|c| **c > 0 && len as u64 <= eager_limit) {
+                *c -= 1;
+                drop(proto);
+                let header = Eager { envelope, flags: 0 }.encode();
+                self.messenger
+                    .send_layer(peer, crate::p2p::endpoint::TAG_P2P, &header, data)?;
+                return Ok(Started::Done);
+            }
+        }
+        // Rendezvous: RGET where the route reads remote memory, else the
+        // pipeline.
+        let attrs = self.messenger.attributes(peer);
+        let mut registration = None;
+        if len > 0 && attrs.is_some_and(|a| a.flags.contains(BtlFlags::GET)) {
+            // SAFETY: the caller keeps the bytes alive until the request
+            // completes, which is after the receiver's FIN (or a failure),
+            // when the registration is released.
+            let region = unsafe { MemRegion::new(ptr.cast_mut(), len) };
+            registration = self
+                .messenger
+                .register_memory(peer, region, Access::REMOTE_READ | Access::LOCAL_READ)
+                .ok();
+        }
+        let id = self.proto.borrow_mut().new_req(ReqState::Send(Outgoing {
+            peer,
+            registration: None,
+            ptr,
+            len,
+            owned,
+        }));
+        let (protocol, address, key) = match &registration {
+            Some(h) => (RndvProtocol::Get, ptr as u64, h.remote_key.clone()),
+            None => (RndvProtocol::Pipeline, 0, Vec::new()),
+        };
+        let rts = Rts {
+            envelope,
+            protocol,
+            length: len as u64,
+            sender_request: id,
+            address,
+            key: &key,
+        }
+        .encode();
+        let sent = match rts {
+            Some(header) => self
+                .messenger
+                .send_layer(peer, TAG_P2P, &header, &[])
+                .map_err(P2pError::from),
+            None => Err(P2pError::Collective("remote key too long")),
+        };
+        let mut proto = self.proto.borrow_mut();
+        match sent {
+            Ok(_) => {
+                if let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) {
+                    out.registration = registration;
+                }
+                Ok(Started::Waiting(id))
+            }
+            Err(e) => {
+                proto.reqs.remove(&id);
+                drop(proto);
+                if let Some(h) = registration {
+                    let _ = self.messenger.deregister_memory(h);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks a receive's arguments: `Ok` carries the failure of a named
+    /// source that already failed, which completes the receive at once.
+    pub(super) fn check_recv(
+        &self,
+        comm: &Communicator,
+        source: Source,
+        tag: Tag,
+    ) -> Result<Option<P2pError>, P2pError> {
+        if comm.is_freed() {
+            return Err(P2pError::FreedCommunicator);
+        }
+        if let Tag::Tag(t) = tag {
+            if t < 0 {
+                return Err(P2pError::InvalidTag(t));
+            }
+        }
+        match source {
+            Source::Rank(r) => Ok(self.failed.get(&self.peer_of(comm, r)?).cloned()),
+            Source::Any => Ok(None),
+        }
+    }
+
+    /// Posts a receive on `context` of `comm`, whose arguments passed
+    /// [`check_recv`](Self::check_recv) (`failed_peer` is its answer).
+    pub(super) fn start_recv(
+        &mut self,
+        comm: &Communicator,
+        context: u32,
+        source: Source,
+        tag: Tag,
+        target: RecvTarget,
+        failed_peer: Option<P2pError>,
+    ) -> ReqId {
+        let spec = RecvSpec::new(ContextId(context), source, tag);
+        let mut proto = self.proto.borrow_mut();
+        let id = proto.new_req(ReqState::Recv {
+            target,
+            post: None,
+            rndv: None,
+            status: None,
+            sent: 0,
+        });
+        if let Some(e) = failed_peer {
+            proto.complete(id, Err(e));
+            return id;
+        }
+        match proto.engine.post(spec, id) {
+            Posted::Matched { req, message } => proto.matched(req, message),
+            Posted::Queued(post) => {
+                if let Some(ReqState::Recv { post: p, .. }) =
+                    proto.reqs.get_mut(&id).map(|r| &mut r.state)
+                {
+                    *p = Some(post);
+                }
+            }
+            Posted::SourceFailed(req) => {
+                let peer = match source {
+                    Source::Rank(r) => comm.group().lookup(r),
+                    Source::Any => None,
+                };
+                let error = peer
+                    .and_then(|p| self.failed.get(&p).cloned())
+                    .unwrap_or(P2pError::FreedCommunicator);
+                proto.complete(req, Err(error));
+            }
+        }
+        drop(proto);
+        self.run_actions();
+        id
+    }
+
+    /// The unexpected message a receive with this specification would
+    /// take, without taking it.
+    pub(super) fn probe_now(&self, context: u32, source: Source, tag: Tag) -> Option<Status> {
+        let proto = self.proto.borrow();
+        let m = proto
+            .engine
+            .probe(RecvSpec::new(ContextId(context), source, tag))?;
+        let count = match m.msg {
+            Arrived::Eager { data, .. } => data.len(),
+            Arrived::Rts { length, .. } => usize::try_from(*length).unwrap_or(usize::MAX),
+        };
+        Some(Status {
+            source: m.envelope.source,
+            tag: m.envelope.tag,
+            count,
+        })
+    }
+
+    /// Does the work the handler left. Returns how many actions ran.
+    fn run_actions(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(action) = self.proto.borrow_mut().actions.pop_front() else {
+                return n;
+            };
+            n += 1;
+            match action {
+                Action::Get(req) => self.start_get(req),
+                Action::Cts {
+                    peer,
+                    sender_request,
+                    receiver_request,
+                } => {
+                    let header = Cts {
+                        sender_request,
+                        receiver_request,
+                    }
+                    .encode();
+                    self.control(peer, &header);
+                }
+                Action::Fin {
+                    peer,
+                    sender_request,
+                    status,
+                } => self.control(peer, &fin_header(sender_request, status)),
+                Action::Credit { peer, credits } => self.control(peer, &credit_header(credits)),
+                Action::Pipeline {
+                    peer,
+                    sender_request,
+                    receiver_request,
+                } => self.send_pipeline(peer, sender_request, receiver_request),
+                Action::FinishSend { peer, req, status } => self.finish_send(peer, req, status),
+            }
+        }
+    }
+
+    /// A protocol message with no data; a failure shows as the peer's.
+    fn control(&mut self, peer: Rank, header: &[u8]) {
+        if self.failed.contains_key(&peer) {
+            return;
+        }
+        let _ = self.messenger.send_layer(peer, TAG_P2P, header, &[]);
+    }
+
+    /// Reads a matched rendezvous into its receive buffer.
+    fn start_get(&mut self, id: ReqId) {
+        let mut proto = self.proto.borrow_mut();
+        let Some(ReqState::Recv {
+            target,
+            rndv: Some(r),
+            ..
+        }) = proto.reqs.get_mut(&id).map(|q| &mut q.state)
+        else {
+            return;
+        };
+        let (peer, ptr, take, address) = (r.peer, target.ptr, r.take, r.address);
+        let key = r.key.clone();
+        drop(proto);
+        if let Some(e) = self.failed.get(&peer).cloned() {
+            self.proto.borrow_mut().complete(id, Err(e));
+            return;
+        }
+        // SAFETY: the receive buffer holds `take <= cap` bytes at `ptr`
+        // and stays alive until the read completes: requests whose read is
+        // in flight are never dropped or detached from their buffer.
+        let region = unsafe { MemRegion::new(ptr, take) };
+        let needs_local = self
+            .messenger
+            .attributes(peer)
+            .is_some_and(|a| a.flags.contains(BtlFlags::NEEDS_LOCAL_REGISTRATION));
+        let local = if needs_local {
+            match self
+                .messenger
+                .register_memory(peer, region, Access::LOCAL_WRITE)
+            {
+                Ok(h) => Some(h),
+                Err(e) => return self.get_done(id, Err(P2pError::from(e))),
+            }
+        } else {
+            None
+        };
+        let started = self
+            .messenger
+            .get_layer(peer, region, local.as_ref(), address, &key);
+        if let Some(ReqState::Recv { rndv: Some(r), .. }) = self
+            .proto
+            .borrow_mut()
+            .reqs
+            .get_mut(&id)
+            .map(|q| &mut q.state)
+        {
+            r.registration = local;
+            r.reading = matches!(started, Ok(SendTicket::Pending(_)));
+        }
+        match started {
+            Ok(SendTicket::Done) => self.get_done(id, Ok(())),
+            Ok(SendTicket::Pending(sid)) => {
+                self.layer_ops.insert(sid, LayerOp::Get(id));
+            }
+            Err(e) => self.get_done(id, Err(P2pError::from(e))),
+        }
+    }
+
+    /// A rendezvous read ended: release, tell the sender, complete.
+    fn get_done(&mut self, id: ReqId, result: Result<(), P2pError>) {
+        let mut proto = self.proto.borrow_mut();
+        let Some(req) = proto.reqs.get_mut(&id) else {
+            return;
+        };
+        let ReqState::Recv {
+            rndv: Some(r),
+            status,
+            sent,
+            ..
+        } = &mut req.state
+        else {
+            return;
+        };
+        r.reading = false;
+        let (peer, sender_request) = (r.peer, r.sender_request);
+        let registration = r.registration.take();
+        let (status, sent) = (*status, *sent);
+        let (fin, outcome) = match result {
+            Ok(()) => (FinStatus::Done, finish_status(status, sent)),
+            Err(P2pError::PeerFailed { peer, failure }) => (
+                FinStatus::Failed,
+                Err(P2pError::PeerFailed { peer, failure }),
+            ),
+            Err(P2pError::Send(error)) => {
+                (FinStatus::Failed, Err(P2pError::RemoteRead { peer, error }))
+            }
+            Err(e) => (FinStatus::Failed, Err(e)),
+        };
+        proto.complete(id, outcome);
+        drop(proto);
+        if let Some(h) = registration {
+            let _ = self.messenger.deregister_memory(h);
+        }
+        self.control(peer, &fin_header(sender_request, fin));
+    }
+
+    /// The receiver of a pipelined send is ready: send the data.
+    fn send_pipeline(&mut self, peer: Rank, id: ReqId, receiver_request: u64) {
+        let proto = self.proto.borrow();
+        let Some(ReqState::Send(out)) = proto.reqs.get(&id).map(|r| &r.state) else {
+            drop(proto);
+            return self.violation(peer, id);
+        };
+        if out.peer != peer || out.registration.is_some() {
+            drop(proto);
+            return self.violation(peer, id);
+        }
+        let (ptr, len) = (out.ptr, out.len);
+        drop(proto);
+        let fragment = match (
+            self.config.pipeline_fragment,
+            self.messenger.attributes(peer),
+        ) {
+            (0, Some(a)) => a.max_send_size.saturating_sub(Data::LEN as u64),
+            (f, _) => f,
+        }
+        .clamp(1024, 1 << 30) as usize;
+        // SAFETY: the send's bytes stay alive and unchanged until its
+        // request completes, which happens below, after the last fragment
+        // was handed to the messenger (which copies what it does not send).
+        let data: &[u8] = if len == 0 || ptr.is_null() {
+            &[]
+        } else {
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
+        let mut result = Ok(Status {
+            count: len,
+            ..Status::default()
+        });
+        for (i, chunk) in data.chunks(fragment).enumerate() {
+            let header = Data {
+                receiver_request,
+                offset: (i * fragment) as u64,
+            }
+            .encode();
+            if let Err(e) = self.messenger.send_layer(peer, TAG_P2P, &header, chunk) {
+                result = Err(P2pError::from(e));
+                break;
+            }
+        }
+        self.proto.borrow_mut().complete(id, result);
+    }
+
+    /// The receiver is done with a send's data.
+    fn finish_send(&mut self, peer: Rank, id: ReqId, status: FinStatus) {
+        let mut proto = self.proto.borrow_mut();
+        let registration = match proto.reqs.get_mut(&id).map(|r| &mut r.state) {
+            Some(ReqState::Send(out)) if out.peer == peer => out.registration.take(),
+            _ => {
+                drop(proto);
+                return self.violation(peer, id);
+            }
+        };
+        let len = match proto.reqs.get(&id).map(|r| &r.state) {
+            Some(ReqState::Send(out)) => out.len,
+            _ => 0,
+        };
+        let result = match status {
+            FinStatus::Done => Ok(Status {
+                count: len,
+                ..Status::default()
+            }),
+            FinStatus::Failed => Err(P2pError::ReadRefused { peer }),
+        };
+        proto.complete(id, result);
+        drop(proto);
+        if let Some(h) = registration {
+            let _ = self.messenger.deregister_memory(h);
+        }
+    }
+
+    fn violation(&mut self, peer: Rank, id: ReqId) {
+        let violation = super::Violation::UnknownRequest(id);
+        self.fail_peer(peer, P2pError::Protocol { peer, violation });
+    }
+
+    /// Fails the peers the messenger reported since the last look.
+    fn notice_failures(&mut self) {
+        for peer in 0..self.messenger.size() {
+            if self.failed.contains_key(&peer) {
+                continue;
+            }
+            if let Some(failure) = self.messenger.peer_failed(peer).cloned() {
+                self.fail_peer(peer, P2pError::PeerFailed { peer, failure });
+            }
+        }
+    }
+
+    /// Completes with `error` every request that waits on `peer`, and
+    /// takes its messages out of matching on every communicator.
+    pub(super) fn fail_peer(&mut self, peer: Rank, error: P2pError) {
+        if self.failed.contains_key(&peer) {
+            return;
+        }
+        self.failed.insert(peer, error.clone());
+        let mut proto = self.proto.borrow_mut();
+        let contexts: Vec<(u32, u32)> = proto
+            .groups
+            .iter()
+            .filter_map(|(&id, g)| g.rank_of(peer).map(|r| (id, r)))
+            .collect();
+        let mut receives = Vec::new();
+        for (id, rank) in contexts {
+            for context in [2 * id, 2 * id + 1] {
+                let failure = proto.engine.fail_source(ContextId(context), rank);
+                receives.extend(failure.receives.into_iter().map(|(_, r)| r));
+            }
+        }
+        for r in receives {
+            proto.complete(r, Err(error.clone()));
+        }
+        let waiting: Vec<ReqId> = proto
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.done.is_none())
+            .filter(|(_, r)| match &r.state {
+                ReqState::Send(out) => out.peer == peer,
+                ReqState::Recv { rndv: Some(v), .. } => v.peer == peer && !v.reading,
+                ReqState::Recv { .. } => false,
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        let mut registrations = Vec::new();
+        for id in waiting {
+            if let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) {
+                registrations.extend(out.registration.take());
+            }
+            proto.complete(id, Err(error.clone()));
+        }
+        drop(proto);
+        for h in registrations {
+            let _ = self.messenger.deregister_memory(h);
+        }
+    }
+
+    /// Forgets the sequence numbers of communicator `id`'s contexts, so
+    /// that a communicator that reuses the id starts its streams at 0.
+    pub(super) fn forget_sequences(&mut self, id: u32) {
+        self.seqs.retain(|&(context, _), _| context / 2 != id);
+    }
+
+    /// Peers this endpoint treats as failed, with why.
+    pub fn failed_peers(&self) -> Vec<(Rank, P2pError)> {
+        let mut v: Vec<_> = self.failed.iter().map(|(&r, e)| (r, e.clone())).collect();
+        v.sort_by_key(|(r, _)| *r);
+        v
+    }
+
+    /// Whether request `id` has completed.
+    pub(super) fn is_done(&self, id: ReqId) -> bool {
+        self.proto
+            .borrow()
+            .reqs
+            .get(&id)
+            .is_none_or(|r| r.done.is_some())
+    }
+
+    /// Takes a completed request out: its result and its owned buffer.
+    pub(super) fn take_done(
+        &mut self,
+        id: ReqId,
+    ) -> Option<(Result<Status, P2pError>, Option<Box<dyn Any>>)> {
+        let mut proto = self.proto.borrow_mut();
+        if proto.reqs.get(&id)?.done.is_none() {
+            return None;
+        }
+        let req = proto.reqs.remove(&id)?;
+        let owned = match req.state {
+            ReqState::Recv { target, .. } => target.owned,
+            ReqState::Send(out) => out.owned,
+        };
+        Some((req.done.unwrap_or(Ok(Status::default())), owned))
+    }
+
+    /// Lets go of a request whose caller stopped waiting on a buffer it
+    /// borrowed: an unmatched receive is cancelled, a read in flight is
+    /// waited for (the transport writes the buffer until it ends), and
+    /// anything else stops touching the buffer.
+    pub(super) fn abandon(&mut self, id: ReqId) {
+        let cancel = {
+            let proto = self.proto.borrow();
+            match proto.reqs.get(&id).map(|r| &r.state) {
+                Some(ReqState::Recv { post: Some(p), .. }) => Some(*p),
+                _ => None,
+            }
+        };
+        if let Some(post) = cancel {
+            let mut proto = self.proto.borrow_mut();
+            proto.engine.cancel(post);
+            proto.reqs.remove(&id);
+            return;
+        }
+        let reading = |p: &Self| {
+            matches!(
+                p.proto.borrow().reqs.get(&id).map(|r| &r.state),
+                Some(ReqState::Recv { rndv: Some(r), .. }) if r.reading
+            )
+        };
+        // A read ends with success, an error or the peer's failure: every
+        // transport completes what it started.
+        while reading(self) {
+            if self.progress().is_err() {
+                break;
+            }
+        }
+        let mut proto = self.proto.borrow_mut();
+        let finished = match proto.reqs.get_mut(&id) {
+            Some(req) => {
+                match &mut req.state {
+                    ReqState::Recv { target, .. } => target.ptr = std::ptr::null_mut(),
+                    ReqState::Send(out) => {
+                        out.ptr = std::ptr::null();
+                        out.len = 0;
+                    }
+                }
+                req.detached = true;
+                req.done.is_some()
+            }
+            None => false,
+        };
+        if finished {
+            proto.reqs.remove(&id);
+        }
+    }
+}

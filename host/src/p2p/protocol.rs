@@ -1,0 +1,436 @@
+//! The receiving half of the protocol and the requests: what the handler
+//! of the point-to-point tag does with each message while the module that
+//! delivered it is on the stack, and what it leaves for the endpoint to do
+//! afterwards ([`Action`]), since a handler cannot call the messenger.
+
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+
+use fireopal_abi::btl::Rank;
+use fireopal_core::group::Group;
+use fireopal_core::id_hash::IdHash;
+use fireopal_core::p2p::{ContextId, Envelope, Event, MatchEngine, Message as Matched, PostId};
+use fireopal_core::wire::p2p::{self as wire, Credit, Fin, FinStatus, Message, RndvProtocol};
+
+use super::{P2pError, Status, Violation};
+use crate::btl::{Incoming, MemoryHandle};
+
+/// Identifies a request of this process (also on the wire, as the
+/// sender's or receiver's request of a rendezvous).
+pub(crate) type ReqId = u64;
+
+/// A message as the matching engine keeps it until a receive takes it.
+#[derive(Debug)]
+pub(crate) enum Arrived {
+    /// The whole message.
+    Eager { peer: Rank, data: Vec<u8> },
+    /// A rendezvous request: the data waits at the sender.
+    Rts {
+        peer: Rank,
+        protocol: RndvProtocol,
+        length: u64,
+        sender_request: u64,
+        address: u64,
+        key: Vec<u8>,
+    },
+}
+
+/// Where a receive's bytes go.
+pub(crate) struct RecvTarget {
+    pub(crate) ptr: *mut u8,
+    pub(crate) cap: usize,
+    /// The caller's buffer when it handed it over (`irecv`); `None` for a
+    /// blocking receive, whose caller keeps the borrow until it returns.
+    pub(crate) owned: Option<Box<dyn Any>>,
+}
+
+/// A rendezvous being received.
+pub(crate) struct Rendezvous {
+    pub(crate) peer: Rank,
+    pub(crate) sender_request: u64,
+    pub(crate) length: u64,
+    /// Bytes of the message that land in the buffer.
+    pub(crate) take: usize,
+    /// Pipelined bytes received so far (counting what did not fit).
+    pub(crate) received: u64,
+    /// A `get` into the buffer is in flight: the buffer must stay.
+    pub(crate) reading: bool,
+    pub(crate) registration: Option<MemoryHandle>,
+    /// Where the data is at the sender, and the key to read it.
+    pub(crate) address: u64,
+    pub(crate) key: Vec<u8>,
+}
+
+/// A send waiting for its receiver.
+pub(crate) struct Outgoing {
+    pub(crate) peer: Rank,
+    pub(crate) registration: Option<MemoryHandle>,
+    /// The data of a pipelined send, sent once the receiver's CTS comes.
+    pub(crate) ptr: *const u8,
+    pub(crate) len: usize,
+    pub(crate) owned: Option<Box<dyn Any>>,
+}
+
+pub(crate) enum ReqState {
+    Recv {
+        target: RecvTarget,
+        post: Option<PostId>,
+        rndv: Option<Rendezvous>,
+        /// The envelope once matched.
+        status: Option<Status>,
+        /// The sender's length once matched.
+        sent: u64,
+    },
+    Send(Outgoing),
+}
+
+pub(crate) struct Req {
+    pub(crate) state: ReqState,
+    pub(crate) done: Option<Result<Status, P2pError>>,
+    /// The caller let go of the handle: forget the request once done.
+    pub(crate) detached: bool,
+}
+
+/// Work the handler leaves for the endpoint.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Read a matched rendezvous into the receive buffer.
+    Get(ReqId),
+    /// Ask the sender of a pipelined rendezvous for its data.
+    Cts {
+        peer: Rank,
+        sender_request: u64,
+        receiver_request: ReqId,
+    },
+    /// Tell a sender its rendezvous is over.
+    Fin {
+        peer: Rank,
+        sender_request: u64,
+        status: FinStatus,
+    },
+    /// Send a pipelined message's data: the receiver is ready.
+    Pipeline {
+        peer: Rank,
+        sender_request: ReqId,
+        receiver_request: u64,
+    },
+    /// Release a send's registration and complete it.
+    FinishSend {
+        peer: Rank,
+        req: ReqId,
+        status: FinStatus,
+    },
+    /// Give eager credits back to a sender.
+    Credit { peer: Rank, credits: u32 },
+}
+
+/// The state the handler and the endpoint share.
+pub(crate) struct Protocol {
+    pub(crate) engine: MatchEngine<ReqId, Arrived>,
+    events: Vec<Event<ReqId, Arrived>>,
+    pub(crate) reqs: HashMap<ReqId, Req, IdHash>,
+    pub(crate) next_req: ReqId,
+    pub(crate) actions: VecDeque<Action>,
+    /// Eager messages each peer may still send this process before
+    /// credits come back.
+    pub(crate) send_credits: Vec<u32>,
+    /// Eager messages of each peer consumed and not yet credited back.
+    owed: Vec<u32>,
+    pub(crate) credit_batch: u32,
+    /// Groups of the communicators this process has, by context id, to
+    /// check a message's source against the process it came from.
+    pub(crate) groups: HashMap<u32, Group, IdHash>,
+    /// Peers that broke the protocol, for the endpoint to fail.
+    pub(crate) violations: Vec<(Rank, Violation)>,
+}
+
+impl Protocol {
+    pub(crate) fn new(size: u32, credits: u32) -> Self {
+        Protocol {
+            engine: MatchEngine::new(),
+            events: Vec::new(),
+            reqs: HashMap::default(),
+            next_req: 1,
+            actions: VecDeque::new(),
+            send_credits: vec![credits; size as usize],
+            owed: vec![0; size as usize],
+            credit_batch: (credits / 2).max(1),
+            groups: HashMap::default(),
+            violations: Vec::new(),
+        }
+    }
+
+    pub(crate) fn new_req(&mut self, state: ReqState) -> ReqId {
+        let id = self.next_req;
+        self.next_req += 1;
+        self.reqs.insert(
+            id,
+            Req {
+                state,
+                done: None,
+                detached: false,
+            },
+        );
+        id
+    }
+
+    /// Completes `id` with `result`; a detached request is forgotten.
+    pub(crate) fn complete(&mut self, id: ReqId, result: Result<Status, P2pError>) {
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        if req.detached {
+            self.reqs.remove(&id);
+        } else if req.done.is_none() {
+            req.done = Some(result);
+        }
+    }
+
+    /// One message of the point-to-point tag, from `msg.peer`.
+    pub(crate) fn on_message(&mut self, msg: &Incoming<'_>) {
+        let peer = msg.peer;
+        let parsed = match Message::decode(msg.header) {
+            Ok(m) => m,
+            Err(e) => return self.violations.push((peer, Violation::Malformed(e))),
+        };
+        match parsed {
+            Message::Eager(e) => {
+                let arrived = Arrived::Eager {
+                    peer,
+                    data: msg.payload.to_vec(),
+                };
+                self.arrive(peer, e.envelope, arrived, msg.payload.len());
+            }
+            Message::Rts(r) => {
+                let arrived = Arrived::Rts {
+                    peer,
+                    protocol: r.protocol,
+                    length: r.length,
+                    sender_request: r.sender_request,
+                    address: r.address,
+                    key: r.key.to_vec(),
+                };
+                self.arrive(peer, r.envelope, arrived, 0);
+            }
+            Message::Cts(c) => self.actions.push_back(Action::Pipeline {
+                peer,
+                sender_request: c.sender_request,
+                receiver_request: c.receiver_request,
+            }),
+            Message::Data(d) => self.on_data(peer, d.receiver_request, d.offset, msg.payload),
+            Message::Fin(f) => self.actions.push_back(Action::FinishSend {
+                peer,
+                req: f.sender_request,
+                status: f.status,
+            }),
+            Message::Credit(c) => {
+                if let Some(n) = self.send_credits.get_mut(peer as usize) {
+                    *n = n.saturating_add(c.credits);
+                }
+            }
+        }
+    }
+
+    fn arrive(&mut self, peer: Rank, env: wire::Envelope, arrived: Arrived, bytes: usize) {
+        // The source a message names must be the process it came from,
+        // where this process knows the communicator.
+        if let Some(group) = self.groups.get(&(env.context / 2)) {
+            if group.lookup(env.source) != Some(peer) {
+                return self
+                    .violations
+                    .push((peer, Violation::WrongSource(env.source)));
+            }
+        }
+        let envelope = Envelope {
+            context: ContextId(env.context),
+            source: env.source,
+            tag: env.tag,
+        };
+        let mut events = std::mem::take(&mut self.events);
+        let result = self
+            .engine
+            .arrive(envelope, env.seq, arrived, bytes, &mut events);
+        if let Err(rejected) = result {
+            self.violations
+                .push((peer, Violation::Sequence(rejected.error)));
+        }
+        for event in events.drain(..) {
+            if let Event::Matched { req, message, .. } = event {
+                self.matched(req, message);
+            }
+        }
+        self.events = events;
+    }
+
+    /// A receive met its message: copy it, or start the rendezvous.
+    pub(crate) fn matched(&mut self, id: ReqId, message: Matched<Arrived>) {
+        let env = message.envelope;
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        let ReqState::Recv {
+            target,
+            post,
+            rndv,
+            status,
+            sent,
+        } = &mut req.state
+        else {
+            return;
+        };
+        *post = None;
+        match message.msg {
+            Arrived::Eager { peer, data } => {
+                let n = data.len().min(target.cap);
+                if n > 0 && !target.ptr.is_null() {
+                    // SAFETY: `target` is the receive's buffer of `cap`
+                    // bytes, kept alive and untouched by its owner until
+                    // the request completes (owned here, or borrowed by a
+                    // blocking receive that waits for it); `data` is a
+                    // separate allocation.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), target.ptr, n) };
+                }
+                let st = Status {
+                    source: env.source,
+                    tag: env.tag,
+                    count: n,
+                };
+                let result = if data.len() > target.cap {
+                    Err(P2pError::Truncated {
+                        status: st,
+                        sent: data.len() as u64,
+                    })
+                } else {
+                    Ok(st)
+                };
+                self.complete(id, result);
+                self.owe_credit(peer);
+            }
+            Arrived::Rts {
+                peer,
+                protocol,
+                length,
+                sender_request,
+                address,
+                key,
+            } => {
+                let take = usize::try_from(length)
+                    .unwrap_or(usize::MAX)
+                    .min(target.cap);
+                *status = Some(Status {
+                    source: env.source,
+                    tag: env.tag,
+                    count: take,
+                });
+                *sent = length;
+                *rndv = Some(Rendezvous {
+                    peer,
+                    sender_request,
+                    length,
+                    take,
+                    received: 0,
+                    reading: false,
+                    registration: None,
+                    address,
+                    key,
+                });
+                if take == 0 || length == 0 {
+                    // Nothing to move: done, and the sender may finish.
+                    self.actions.push_back(Action::Fin {
+                        peer,
+                        sender_request,
+                        status: FinStatus::Done,
+                    });
+                    let result = finish_status(*status, length);
+                    self.complete(id, result);
+                    return;
+                }
+                match protocol {
+                    RndvProtocol::Get => self.actions.push_back(Action::Get(id)),
+                    RndvProtocol::Pipeline => self.actions.push_back(Action::Cts {
+                        peer,
+                        sender_request,
+                        receiver_request: id,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// A fragment of a pipelined message: copy what fits, complete the
+    /// receive with the last byte.
+    fn on_data(&mut self, peer: Rank, id: ReqId, offset: u64, payload: &[u8]) {
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return self.violations.push((peer, Violation::UnknownRequest(id)));
+        };
+        let ReqState::Recv {
+            target,
+            rndv: Some(r),
+            status,
+            sent,
+            ..
+        } = &mut req.state
+        else {
+            return self.violations.push((peer, Violation::UnknownRequest(id)));
+        };
+        let end = offset.checked_add(payload.len() as u64);
+        if r.peer != peer {
+            return self.violations.push((peer, Violation::UnknownRequest(id)));
+        }
+        if end.is_none_or(|e| e > r.length) {
+            return self.violations.push((peer, Violation::DataOutOfRange(id)));
+        }
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        if start < r.take && !target.ptr.is_null() {
+            let n = payload.len().min(r.take - start);
+            // SAFETY: `start + n <= take <= cap`: inside the receive
+            // buffer, which stays alive until the request completes.
+            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), target.ptr.add(start), n) };
+        }
+        r.received += payload.len() as u64;
+        if r.received == r.length {
+            let result = finish_status(*status, *sent);
+            self.complete(id, result);
+        }
+    }
+
+    /// Counts one consumed eager message of `peer`, crediting a batch
+    /// back when it is full.
+    fn owe_credit(&mut self, peer: Rank) {
+        let Some(owed) = self.owed.get_mut(peer as usize) else {
+            return;
+        };
+        *owed += 1;
+        if *owed >= self.credit_batch {
+            let credits = std::mem::take(owed);
+            self.actions.push_back(Action::Credit { peer, credits });
+        }
+    }
+}
+
+/// The result of a rendezvous receive: truncated when the sender sent
+/// more than the buffer took.
+pub(crate) fn finish_status(status: Option<Status>, sent: u64) -> Result<Status, P2pError> {
+    let status = status.unwrap_or_default();
+    if (status.count as u64) < sent {
+        Err(P2pError::Truncated { status, sent })
+    } else {
+        Ok(status)
+    }
+}
+
+/// The credit message for `credits`.
+pub(crate) fn credit_header(credits: u32) -> [u8; Credit::LEN] {
+    Credit { credits }.encode()
+}
+
+/// The FIN message for a sender's request.
+pub(crate) fn fin_header(sender_request: u64, status: FinStatus) -> [u8; Fin::LEN] {
+    Fin {
+        sender_request,
+        status,
+    }
+    .encode()
+}

@@ -1,0 +1,384 @@
+//! Requests and the calls that make and finish them: [`P2p::isend`],
+//! [`P2p::irecv`], [`P2p::test`], [`P2p::wait`], [`P2p::waitall`], the
+//! blocking [`P2p::send`] and [`P2p::recv`], and the probes.
+//!
+//! A non-blocking call takes its buffer by value and the request owns it
+//! until it completes: the transports may read or write the bytes until
+//! then, and nothing else can touch them. [`P2p::wait`] hands the buffer
+//! back. A request dropped before it completes keeps its buffer inside
+//! the endpoint until it does, then frees both, so forgetting a request
+//! never leaves a transport writing into memory its owner reuses.
+
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+use super::endpoint::Started;
+use super::protocol::{Protocol, RecvTarget, ReqId};
+use super::{Communicator, P2p, P2pError, Source, Status, Tag};
+
+/// A send or receive in progress; [`P2p::wait`] or [`P2p::test`] finish
+/// it and give back its buffer `B`.
+#[must_use = "a request is finished by P2p::wait or P2p::test; dropped, its buffer is lost"]
+pub struct Request<B> {
+    id: Option<ReqId>,
+    /// Set when the request completed at once (an eager send): its result
+    /// and buffer.
+    ready: Option<(Result<Status, P2pError>, B)>,
+    proto: Rc<RefCell<Protocol>>,
+    _buffer: PhantomData<B>,
+}
+
+impl<B> fmt::Debug for Request<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("id", &self.id)
+            .field("ready", &self.ready.is_some())
+            .finish()
+    }
+}
+
+impl<B> Drop for Request<B> {
+    fn drop(&mut self) {
+        let Some(id) = self.id else { return };
+        // The endpoint keeps the buffer until the request is over.
+        if let Ok(mut proto) = self.proto.try_borrow_mut() {
+            let done = proto.reqs.get(&id).is_some_and(|r| r.done.is_some());
+            if done {
+                proto.reqs.remove(&id);
+            } else if let Some(r) = proto.reqs.get_mut(&id) {
+                r.detached = true;
+            }
+        }
+    }
+}
+
+/// Why [`P2p::wait`] did not return a request's buffer with a status.
+pub struct Failure<B> {
+    /// What went wrong.
+    pub error: P2pError,
+    /// The buffer, when the request is over (a truncated receive holds
+    /// the bytes that fit).
+    pub buffer: Option<B>,
+    /// The request, when it is not over (the wait stalled): wait again,
+    /// or drop it.
+    pub request: Option<Request<B>>,
+}
+
+impl<B> fmt::Debug for Failure<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Failure")
+            .field("error", &self.error)
+            .field("buffer", &self.buffer.is_some())
+            .field("request", &self.request)
+            .finish()
+    }
+}
+
+impl<B> fmt::Display for Failure<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<B> std::error::Error for Failure<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<B> From<Failure<B>> for P2pError {
+    fn from(f: Failure<B>) -> Self {
+        f.error
+    }
+}
+
+/// The context of a communicator's point-to-point traffic.
+pub(super) fn p2p_context(comm: &Communicator) -> u32 {
+    comm.context_id() * 2
+}
+
+impl P2p {
+    fn request<B>(
+        &self,
+        id: Option<ReqId>,
+        ready: Option<(Result<Status, P2pError>, B)>,
+    ) -> Request<B> {
+        Request {
+            id,
+            ready,
+            proto: Rc::clone(&self.proto),
+            _buffer: PhantomData,
+        }
+    }
+
+    /// Starts sending `buf` to rank `dest` of `comm` with `tag` (`>= 0`).
+    /// An error (a bad rank, a failed peer) completes the request with it.
+    pub fn isend<B: AsRef<[u8]> + 'static>(
+        &mut self,
+        comm: &Communicator,
+        dest: u32,
+        tag: i32,
+        buf: B,
+    ) -> Request<B> {
+        let boxed: Box<B> = Box::new(buf);
+        let (ptr, len) = {
+            let s = (*boxed).as_ref();
+            (s.as_ptr(), s.len())
+        };
+        let context = p2p_context(comm);
+        // SAFETY: `boxed` owns the bytes; it moves into the request (or
+        // comes back at once), and its heap address does not change.
+        let started = unsafe { self.start_send(comm, context, dest, tag, ptr, len, None) };
+        match started {
+            Ok(Started::Done) => {
+                let status = Status {
+                    count: len,
+                    ..Status::default()
+                };
+                self.request(None, Some((Ok(status), *boxed)))
+            }
+            Err(e) => self.request(None, Some((Err(e), *boxed))),
+            Ok(Started::Waiting(id)) => {
+                // The request owns the buffer from here on.
+                let owned: Box<dyn Any> = boxed;
+                if let Some(super::protocol::ReqState::Send(out)) = self
+                    .proto
+                    .borrow_mut()
+                    .reqs
+                    .get_mut(&id)
+                    .map(|r| &mut r.state)
+                {
+                    out.owned = Some(owned);
+                }
+                self.request(Some(id), None)
+            }
+        }
+    }
+
+    /// Posts a receive into `buf` from `source` (a rank of `comm` or
+    /// [`Source::Any`]) with `tag` (or [`Tag::Any`]).
+    pub fn irecv<B: AsMut<[u8]> + 'static>(
+        &mut self,
+        comm: &Communicator,
+        source: Source,
+        tag: Tag,
+        buf: B,
+    ) -> Request<B> {
+        let failed_peer = match self.check_recv(comm, source, tag) {
+            Ok(f) => f,
+            Err(e) => return self.request(None, Some((Err(e), buf))),
+        };
+        let mut boxed: Box<B> = Box::new(buf);
+        let (ptr, cap) = {
+            let s = (*boxed).as_mut();
+            (s.as_mut_ptr(), s.len())
+        };
+        let owned: Box<dyn Any> = boxed;
+        let target = RecvTarget {
+            ptr,
+            cap,
+            owned: Some(owned),
+        };
+        let context = p2p_context(comm);
+        let id = self.start_recv(comm, context, source, tag, target, failed_peer);
+        self.request(Some(id), None)
+    }
+
+    /// Progresses once; true when `req` has completed (then
+    /// [`wait`](Self::wait) returns at once).
+    pub fn test<B: 'static>(&mut self, req: &Request<B>) -> Result<bool, P2pError> {
+        if req.ready.is_some() {
+            return Ok(true);
+        }
+        let id = req.id.unwrap_or(0);
+        if self.is_done(id) {
+            return Ok(true);
+        }
+        self.progress()?;
+        Ok(self.is_done(id))
+    }
+
+    /// Waits for `req` to complete, then returns its buffer and status.
+    pub fn wait<B: 'static>(&mut self, mut req: Request<B>) -> Result<(B, Status), Failure<B>> {
+        if let Some((result, buf)) = req.ready.take() {
+            return finish(result, buf);
+        }
+        let Some(id) = req.id else {
+            return Err(Failure {
+                error: P2pError::Collective("request without a buffer"),
+                buffer: None,
+                request: None,
+            });
+        };
+        if let Err(error) = self.wait_for(|p| p.is_done(id)) {
+            return Err(Failure {
+                error,
+                buffer: None,
+                request: Some(req),
+            });
+        }
+        req.id = None;
+        let Some((result, owned)) = self.take_done(id) else {
+            return Err(Failure {
+                error: P2pError::Collective("request lost"),
+                buffer: None,
+                request: None,
+            });
+        };
+        match owned.and_then(|b| b.downcast::<B>().ok()) {
+            Some(buf) => finish(result, *buf),
+            None => Err(Failure {
+                error: result
+                    .err()
+                    .unwrap_or(P2pError::Collective("request lost its buffer")),
+                buffer: None,
+                request: None,
+            }),
+        }
+    }
+
+    /// Waits for every request, in order.
+    pub fn waitall<B: 'static>(
+        &mut self,
+        reqs: Vec<Request<B>>,
+    ) -> Vec<Result<(B, Status), Failure<B>>> {
+        let ids: Vec<Option<ReqId>> = reqs.iter().map(|r| r.id).collect();
+        // Drive them all first, so that completions are not serialized
+        // behind the first request's.
+        let _ = self.wait_for(|p| ids.iter().flatten().all(|&id| p.is_done(id)));
+        reqs.into_iter().map(|r| self.wait(r)).collect()
+    }
+
+    /// Sends `data` to rank `dest` of `comm` and returns once the buffer
+    /// may be reused: at once for an eager message, after the receiver has
+    /// read it for a rendezvous.
+    pub fn send(
+        &mut self,
+        comm: &Communicator,
+        dest: u32,
+        tag: i32,
+        data: &[u8],
+    ) -> Result<(), P2pError> {
+        self.send_on(comm, p2p_context(comm), dest, tag, data)
+    }
+
+    pub(super) fn send_on(
+        &mut self,
+        comm: &Communicator,
+        context: u32,
+        dest: u32,
+        tag: i32,
+        data: &[u8],
+    ) -> Result<(), P2pError> {
+        // SAFETY: `data` is borrowed until this returns, and this returns
+        // only once the request is over or abandoned (no longer read).
+        let started =
+            unsafe { self.start_send(comm, context, dest, tag, data.as_ptr(), data.len(), None)? };
+        let Started::Waiting(id) = started else {
+            return Ok(());
+        };
+        self.finish_blocking(id).map(|_| ())
+    }
+
+    /// Receives into `buf` from `source` with `tag` on `comm`.
+    pub fn recv(
+        &mut self,
+        comm: &Communicator,
+        source: Source,
+        tag: Tag,
+        buf: &mut [u8],
+    ) -> Result<Status, P2pError> {
+        self.recv_on(comm, p2p_context(comm), source, tag, buf)
+    }
+
+    pub(super) fn recv_on(
+        &mut self,
+        comm: &Communicator,
+        context: u32,
+        source: Source,
+        tag: Tag,
+        buf: &mut [u8],
+    ) -> Result<Status, P2pError> {
+        let failed_peer = self.check_recv(comm, source, tag)?;
+        let target = RecvTarget {
+            ptr: buf.as_mut_ptr(),
+            cap: buf.len(),
+            owned: None,
+        };
+        let id = self.start_recv(comm, context, source, tag, target, failed_peer);
+        self.finish_blocking(id)
+    }
+
+    /// Waits for a request on a borrowed buffer; on a stall the request
+    /// is abandoned before the borrow ends.
+    fn finish_blocking(&mut self, id: ReqId) -> Result<Status, P2pError> {
+        if let Err(e) = self.wait_for(|p| p.is_done(id)) {
+            self.abandon(id);
+            return Err(e);
+        }
+        match self.take_done(id) {
+            Some((result, _)) => result,
+            None => Err(P2pError::Collective("request lost")),
+        }
+    }
+
+    /// Progresses once, then shows the message a receive with `source` and
+    /// `tag` on `comm` would take, if one has arrived (`MPI_Iprobe`).
+    pub fn iprobe(
+        &mut self,
+        comm: &Communicator,
+        source: Source,
+        tag: Tag,
+    ) -> Result<Option<Status>, P2pError> {
+        if comm.is_freed() {
+            return Err(P2pError::FreedCommunicator);
+        }
+        self.progress()?;
+        Ok(self.probe_now(p2p_context(comm), source, tag))
+    }
+
+    /// Waits until a message a receive with `source` and `tag` would take
+    /// has arrived, and shows it (`MPI_Probe`).
+    pub fn probe(
+        &mut self,
+        comm: &Communicator,
+        source: Source,
+        tag: Tag,
+    ) -> Result<Status, P2pError> {
+        self.probe_on(comm, p2p_context(comm), source, tag)
+    }
+
+    pub(super) fn probe_on(
+        &mut self,
+        comm: &Communicator,
+        context: u32,
+        source: Source,
+        tag: Tag,
+    ) -> Result<Status, P2pError> {
+        if comm.is_freed() {
+            return Err(P2pError::FreedCommunicator);
+        }
+        let mut found = None;
+        self.wait_for(|p| {
+            found = p.probe_now(context, source, tag);
+            found.is_some()
+        })?;
+        found.ok_or(P2pError::Collective("probe lost its message"))
+    }
+}
+
+fn finish<B>(result: Result<Status, P2pError>, buf: B) -> Result<(B, Status), Failure<B>> {
+    match result {
+        Ok(status) => Ok((buf, status)),
+        Err(error) => Err(Failure {
+            error,
+            buffer: Some(buf),
+            request: None,
+        }),
+    }
+}
