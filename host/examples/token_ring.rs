@@ -1,44 +1,37 @@
-//! The active-message API in one page: a token goes round a ring of ranks.
+//! The front door in one page: a token goes round a ring of ranks with
+//! tagged point-to-point messages.
 //!
-//! Each rank opens the transports ([`Messenger::init`] picks, for every
-//! peer, the best module that reaches it: `self`, `shm` on a node, `tcp`
-//! otherwise), registers a handler for one tag, and forwards the token to
-//! the next rank each time it arrives. The token carries a hop count and a
-//! payload that every rank checks and extends. Rank 0 starts it and prints
-//! a line when it has gone round `LAPS` times.
+//! Each rank joins the job with [`Runtime::init`] (it opens the transports
+//! and picks, for every peer, the best module that reaches it: `self`,
+//! `shm` on a node, `tcp` otherwise), then receives the token from the
+//! previous rank and sends it on to the next. The token carries its hop
+//! count and a payload that grows by a kilobyte a hop, which every rank
+//! checks: small tokens go eagerly, larger ones by rendezvous straight
+//! into the receive buffer. Rank 0 starts it and prints a line when it has
+//! gone round `LAPS` times.
 //!
 //! ```text
 //! cargo build --workspace --examples
 //! fireopal run -n 4 -- target/debug/examples/token_ring [LAPS]
 //! ```
-//!
-//! Handlers run inside `progress` and cannot send, so the handler records
-//! what arrived and the loop forwards it after `progress` returns.
 
-use std::cell::RefCell;
 use std::process::ExitCode;
-use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fireopal::bootstrap::Bootstrap;
-use fireopal::btl::Messenger;
-use fireopal::plugin::{Options, Registry};
+use fireopal::p2p::{Source, Tag};
+use fireopal::Runtime;
 
-/// The tag of the token (tags from `FIRST_RESERVED_TAG` up are reserved).
-const TAG_TOKEN: u8 = 1;
+/// The tag of the token.
+const TAG_TOKEN: i32 = 1;
 /// How long the ring may stay silent before a rank gives up.
 const STALL: Duration = Duration::from_secs(20);
 
-/// A token as it arrives: hop count (the header) and payload.
-struct Token {
-    hops: u64,
-    payload: Vec<u8>,
-}
-
-/// The payload after `hops` hops: one byte appended per hop, so every rank
-/// can check what it got.
-fn payload_after(hops: u64) -> Vec<u8> {
-    (0..hops).map(|h| (h % 251) as u8).collect()
+/// The token after `hops` hops: the hop count, then a kilobyte of pattern
+/// per hop, so every rank can check what it got.
+fn token(hops: u64) -> Vec<u8> {
+    let mut t = hops.to_le_bytes().to_vec();
+    t.extend((0..hops * 1024).map(|i| (i % 251) as u8));
+    t
 }
 
 fn main() -> ExitCode {
@@ -59,74 +52,40 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(laps: u64) -> Result<(), String> {
-    let mut boot = Bootstrap::init().map_err(|e| format!("bootstrap: {e}"))?;
-    let (rank, size) = (boot.rank(), boot.size());
-    let registry = Registry::open(&Options {
-        job: boot.job_info(),
-        ..Options::default()
-    })
-    .map_err(|e| format!("components: {e}"))?;
-    let mut m = Messenger::init(&registry, &mut boot).map_err(|e| format!("transports: {e}"))?;
-
-    let next = (rank + 1) % size;
-    let route = m
+fn run(laps: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let mut rt = Runtime::init()?;
+    let world = rt.world();
+    let (rank, size) = (world.rank(), world.size());
+    let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+    let route = rt
+        .messenger()
         .route(next)
         .ok_or_else(|| format!("no transport reaches rank {next}"))?;
-
-    // The handler only records the token; the loop below acts on it.
-    let arrived: Rc<RefCell<Option<Token>>> = Rc::default();
-    let slot = Rc::clone(&arrived);
-    m.register(TAG_TOKEN, move |msg| {
-        let hops = msg.header.try_into().map_or(u64::MAX, u64::from_le_bytes);
-        *slot.borrow_mut() = Some(Token {
-            hops,
-            payload: msg.payload.to_vec(),
-        });
-    })
-    .map_err(|e| e.to_string())?;
+    let p2p = rt.p2p();
+    p2p.set_stall_limit(Some(STALL));
 
     let total = laps * u64::from(size);
     if rank == 0 {
-        m.send(next, TAG_TOKEN, &1u64.to_le_bytes(), &payload_after(1))
-            .map_err(|e| format!("first send: {e}"))?;
+        p2p.send(&world, next, TAG_TOKEN, &token(1))?;
     }
     // Rank r sees hops r, r + size, ...; rank 0 sees size, 2 size, ...
-    let mut seen = 0;
-    let mut last = Instant::now();
-    while seen < laps {
-        m.progress().map_err(|e| format!("progress: {e}"))?;
-        if let Some((peer, why)) = m.take_failures().into_iter().next() {
-            return Err(format!("rank {peer} failed: {why}"));
+    for _ in 0..laps {
+        // The token's length is only known when it arrives: probe first.
+        let arrived = p2p.probe(&world, Source::Rank(prev), Tag::Tag(TAG_TOKEN))?;
+        let mut buf = vec![0u8; arrived.count];
+        let status = p2p.recv(&world, Source::Rank(prev), Tag::Tag(TAG_TOKEN), &mut buf)?;
+        let hops = buf
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(u64::MAX, u64::from_le_bytes);
+        if hops % u64::from(size) != u64::from(rank) || hops > total {
+            return Err(format!("rank {rank} got hop {hops} out of turn").into());
         }
-        for (_, status) in m.take_completions() {
-            status.map_err(|e| format!("send: {e}"))?;
+        if status.count != buf.len() || buf != token(hops) {
+            return Err(format!("hop {hops}: the token changed on the way").into());
         }
-        let Some(token) = arrived.borrow_mut().take() else {
-            if last.elapsed() > STALL {
-                return Err(format!("no token for {} s", STALL.as_secs()));
-            }
-            continue;
-        };
-        last = Instant::now();
-        seen += 1;
-        if token.hops % u64::from(size) != u64::from(rank) || token.hops > total {
-            return Err(format!("rank {rank} got hop {} out of turn", token.hops));
-        }
-        if token.payload != payload_after(token.hops) {
-            return Err(format!("hop {}: payload changed on the way", token.hops));
-        }
-        if token.hops < total {
-            let hops = token.hops + 1;
-            m.send(next, TAG_TOKEN, &hops.to_le_bytes(), &payload_after(hops))
-                .map_err(|e| format!("send: {e}"))?;
-        }
-    }
-    // Sends still in a module's hands finish before the transports close.
-    while m.pending_sends() > 0 {
-        m.progress().map_err(|e| format!("progress: {e}"))?;
-        if last.elapsed() > STALL {
-            return Err("sends did not complete".into());
+        if hops < total {
+            p2p.send(&world, next, TAG_TOKEN, &token(hops + 1))?;
         }
     }
     if rank == 0 {
@@ -135,6 +94,6 @@ fn run(laps: u64) -> Result<(), String> {
             route.component
         );
     }
-    boot.barrier().map_err(|e| format!("barrier: {e}"))?;
-    boot.finalize().map_err(|e| format!("finalize: {e}"))
+    rt.finalize()?;
+    Ok(())
 }
