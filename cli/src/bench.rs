@@ -18,6 +18,7 @@
 //! transport chosen: `buffer` where it offers transfer buffers (shm),
 //! else `registered` where it offers `get` (tcp), else `copy`.
 
+mod p2p;
 mod rendezvous;
 mod rma;
 
@@ -47,16 +48,17 @@ const STALL: Duration = Duration::from_secs(30);
 pub(super) const SYNOPSIS: &str = "\
 fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
         [--json] [--quick] [--param name=value]...
-fireopal bench put|get [--btl NAME] [--json] [--quick] [--param name=value]...";
+fireopal bench p2p|put|get [--btl NAME] [--json] [--quick] [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
                [--json] [--quick] [--param name=value]...
-       fireopal bench put|get [--btl NAME] [--json] [--quick] [--param name=value]...
+       fireopal bench p2p|put|get [--btl NAME] [--json] [--quick] [--param name=value]...
 
 Latency and bandwidth between ranks 0 and 1, OSU-style: of active messages
-(pingpong), or of one-sided operations on the peer's registered memory
-(put, get). Run it under `fireopal run -n 2`, or alone to reach this
+(pingpong), of tagged send/recv between user buffers (p2p, with the
+bidirectional bandwidth too), or of one-sided operations on the peer's
+registered memory (put, get). Run it under `fireopal run -n 2`, or alone to reach this
 process itself.
 
   --btl NAME            the transports to use (sets the btl parameter)
@@ -72,11 +74,13 @@ process itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     PingPong,
+    P2p,
     Rma(rma::Op),
 }
 
-const KINDS: [(&str, Kind); 3] = [
+const KINDS: [(&str, Kind); 4] = [
     ("pingpong", Kind::PingPong),
+    ("p2p", Kind::P2p),
     ("put", Kind::Rma(rma::Op::Put)),
     ("get", Kind::Rma(rma::Op::Get)),
 ];
@@ -179,6 +183,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     };
     let done = match b.kind {
         Kind::PingPong => run(&b.common, b.json, b.quick, b.from),
+        Kind::P2p => p2p::run(&b.common, b.json, b.quick),
         Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick),
     };
     match done {

@@ -1,0 +1,250 @@
+//! `fireopal bench p2p`: the OSU pattern with tagged point-to-point
+//! messages between ordinary user buffers, through the runtime's front
+//! door, as `scripts/mpi/pingpong.c` runs it with MPI.
+//!
+//! Latency is half the round trip of blocking `send`/`recv`; bandwidth
+//! sends windows of 64 `isend`s, which the receiver has posted 64
+//! `irecv`s for, answered by one empty message; bidirectional bandwidth
+//! does the same in both directions at once and counts the bytes of both.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use fireopal::p2p::{Communicator, P2p, Request, Source, Tag};
+use fireopal::plugin::Options;
+use fireopal::Runtime;
+
+use super::super::json::Json;
+use super::super::{CommonArgs, Failure};
+use super::{bandwidth_windows, human_size, latency_iterations, Row, SIZES, STALL, WINDOW};
+
+const TAG_PING: i32 = 1;
+const TAG_ACK: i32 = 2;
+
+/// One row of the p2p bench: the ping-pong row and the bidirectional
+/// bandwidth.
+struct P2pRow {
+    row: Row,
+    bibw_mbs: f64,
+}
+
+pub(super) fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), Failure> {
+    let mut rt = Runtime::init_with(Options {
+        command_line: common.params.clone(),
+        ..Options::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let world = rt.world();
+    let (rank, size) = (world.rank(), world.size());
+    if size > 2 {
+        return Err(format!("p2p needs 1 or 2 ranks, this job has {size}").into());
+    }
+    let peer = if size == 1 { 0 } else { 1 - rank };
+    let route = rt
+        .messenger()
+        .route(peer)
+        .ok_or_else(|| format!("no transport reaches rank {peer}"))?;
+    let module = format!("{}[{}]", route.component, route.index);
+    let p2p = rt.p2p();
+    p2p.set_stall_limit(Some(STALL));
+    let largest = SIZES.iter().copied().max().unwrap_or(0);
+    // Not one repeated byte, so that wrong bytes are caught below.
+    let data: Rc<[u8]> = (0..largest).map(|i| (i % 251) as u8).collect();
+    let mut landing = vec![0u8; largest];
+    let mut pool: Vec<Vec<u8>> = (0..WINDOW).map(|_| vec![0u8; largest]).collect();
+    let mut rows = Vec::new();
+    for &n in &SIZES {
+        let (iters, warmup) = latency_iterations(n, quick);
+        let t = pingpong(
+            p2p,
+            &world,
+            peer,
+            &data[..n],
+            &mut landing[..n],
+            iters,
+            warmup,
+        )?;
+        if landing[..n] != data[..n] {
+            return Err(format!("{n}-byte messages arrived with other bytes").into());
+        }
+        let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
+        let windows = bandwidth_windows(n, quick);
+        let t = stream(p2p, &world, peer, &data, n, windows, &mut pool, false)?;
+        let bandwidth_mbs = (n * WINDOW * windows) as f64 / t.as_secs_f64() / 1e6;
+        let t = stream(p2p, &world, peer, &data, n, windows, &mut pool, true)?;
+        let bibw_mbs = (2 * n * WINDOW * windows) as f64 / t.as_secs_f64() / 1e6;
+        rows.push(P2pRow {
+            row: Row {
+                size: n,
+                latency_us,
+                bandwidth_mbs,
+            },
+            bibw_mbs,
+        });
+    }
+    if rank == 0 {
+        if json {
+            println!("{}", to_json(&rows, &module, size).render());
+        } else {
+            print!("{}", to_table(&rows, &module, size));
+        }
+    }
+    rt.finalize().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Blocking ping-pong of `data.len()` bytes; returns the time of the
+/// `iters` timed round trips.
+fn pingpong(
+    p2p: &mut P2p,
+    world: &Communicator,
+    peer: u32,
+    data: &[u8],
+    landing: &mut [u8],
+    iters: usize,
+    warmup: usize,
+) -> Result<Duration, Failure> {
+    let from = Source::Rank(peer);
+    let mut start = Instant::now();
+    let first = world.rank() == 0;
+    for i in 0..warmup + iters {
+        if i == warmup {
+            start = Instant::now();
+        }
+        if first || world.size() == 1 {
+            p2p.send(world, peer, TAG_PING, data)
+                .map_err(|e| e.to_string())?;
+            p2p.recv(world, from, Tag::Tag(TAG_PING), landing)
+                .map_err(|e| e.to_string())?;
+        } else {
+            p2p.recv(world, from, Tag::Tag(TAG_PING), landing)
+                .map_err(|e| e.to_string())?;
+            p2p.send(world, peer, TAG_PING, data)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// Windows of [`WINDOW`] messages of `n` bytes, one way (rank 0 to rank
+/// 1) or both ways at once; each window ends with an empty answer.
+#[allow(clippy::too_many_arguments)]
+fn stream(
+    p2p: &mut P2p,
+    world: &Communicator,
+    peer: u32,
+    data: &Rc<[u8]>,
+    n: usize,
+    windows: usize,
+    pool: &mut Vec<Vec<u8>>,
+    both: bool,
+) -> Result<Duration, Failure> {
+    let sends = both || world.rank() == 0 || world.size() == 1;
+    let receives = both || world.rank() == 1 || world.size() == 1;
+    let from = Source::Rank(peer);
+    let start = Instant::now();
+    for _ in 0..windows {
+        let mut recvs: Vec<Request<Prefix>> = Vec::with_capacity(WINDOW);
+        if receives {
+            for buf in pool.drain(..) {
+                recvs.push(p2p.irecv(world, from, Tag::Tag(TAG_PING), Prefix(buf, n)));
+            }
+        }
+        let mut out = Vec::with_capacity(WINDOW);
+        if sends {
+            for _ in 0..WINDOW {
+                out.push(p2p.isend(world, peer, TAG_PING, SliceOf(Rc::clone(data), n)));
+            }
+        }
+        for r in p2p.waitall(out) {
+            r.map_err(|e| e.to_string())?;
+        }
+        for r in p2p.waitall(recvs) {
+            let (Prefix(buf, _), status) = r.map_err(|e| e.to_string())?;
+            if status.count != n {
+                return Err(format!("a {n}-byte message arrived with {}", status.count).into());
+            }
+            pool.push(buf);
+        }
+        if receives {
+            p2p.send(world, peer, TAG_ACK, &[])
+                .map_err(|e| e.to_string())?;
+        }
+        if sends {
+            p2p.recv(world, from, Tag::Tag(TAG_ACK), &mut [])
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// The first `n` bytes of a receive buffer kept at its full length.
+struct Prefix(Vec<u8>, usize);
+
+impl AsMut<[u8]> for Prefix {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.0[..self.1]
+    }
+}
+
+/// The first `n` bytes of a shared buffer, as a send's owned buffer.
+struct SliceOf(Rc<[u8]>, usize);
+
+impl AsRef<[u8]> for SliceOf {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[..self.1]
+    }
+}
+
+fn to_table(rows: &[P2pRow], module: &str, size: u32) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# fireopal p2p: {} over btl {module}; tagged send/recv between user buffers",
+        if size == 1 {
+            "one process to itself"
+        } else {
+            "rank 0 <-> rank 1"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:>10} {:>14} {:>16} {:>16}",
+        "size", "latency (us)", "bandwidth (MB/s)", "bibw (MB/s)"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:>10} {:>14.2} {:>16.1} {:>16.1}",
+            human_size(r.row.size),
+            r.row.latency_us,
+            r.row.bandwidth_mbs,
+            r.bibw_mbs
+        );
+    }
+    out
+}
+
+fn to_json(rows: &[P2pRow], module: &str, size: u32) -> Json {
+    Json::Obj(vec![
+        ("benchmark", Json::str("p2p")),
+        ("btl", Json::str(module)),
+        ("ranks", Json::Int(i128::from(size))),
+        (
+            "results",
+            Json::Arr(
+                rows.iter()
+                    .map(|r| {
+                        Json::Obj(vec![
+                            ("size", Json::Int(r.row.size as i128)),
+                            ("latency_us", Json::Float(r.row.latency_us)),
+                            ("bandwidth_mbs", Json::Float(r.row.bandwidth_mbs)),
+                            ("bibw_mbs", Json::Float(r.bibw_mbs)),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+    ])
+}
