@@ -189,6 +189,67 @@ impl P2p {
         self.request(Some(id), None)
     }
 
+    /// Starts sending `len` bytes at `ptr`, as [`isend`](Self::isend) but
+    /// with memory the caller manages (a C binding's `MPI_Isend`; several
+    /// requests may read the same bytes).
+    ///
+    /// # Safety
+    ///
+    /// The bytes must stay allocated and unchanged until the request has
+    /// completed ([`wait`](Self::wait) or [`test`](Self::test) said so),
+    /// even if the request is dropped.
+    pub unsafe fn isend_raw(
+        &mut self,
+        comm: &Communicator,
+        dest: u32,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+    ) -> Request<()> {
+        let context = p2p_context(comm);
+        let marker: Box<dyn Any> = Box::new(());
+        // SAFETY: the caller keeps the bytes as the contract above says.
+        match unsafe { self.start_send(comm, context, dest, tag, ptr, len, Some(marker)) } {
+            Ok(Started::Done) => {
+                let status = Status {
+                    count: len,
+                    ..Status::default()
+                };
+                self.request(None, Some((Ok(status), ())))
+            }
+            Ok(Started::Waiting(id)) => self.request(Some(id), None),
+            Err(e) => self.request(None, Some((Err(e), ()))),
+        }
+    }
+
+    /// Posts a receive into `len` bytes at `ptr`, as [`irecv`](Self::irecv)
+    /// but with memory the caller manages (a C binding's `MPI_Irecv`).
+    ///
+    /// # Safety
+    ///
+    /// The bytes must stay allocated, and untouched by anything else,
+    /// until the request has completed, even if the request is dropped.
+    pub unsafe fn irecv_raw(
+        &mut self,
+        comm: &Communicator,
+        source: Source,
+        tag: Tag,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Request<()> {
+        let failed_peer = match self.check_recv(comm, source, tag) {
+            Ok(f) => f,
+            Err(e) => return self.request(None, Some((Err(e), ()))),
+        };
+        let target = RecvTarget {
+            ptr,
+            cap: len,
+            owned: Some(Box::new(())),
+        };
+        let id = self.start_recv(comm, p2p_context(comm), source, tag, target, failed_peer);
+        self.request(Some(id), None)
+    }
+
     /// Progresses once; true when `req` has completed (then
     /// [`wait`](Self::wait) returns at once).
     pub fn test<B: 'static>(&mut self, req: &Request<B>) -> Result<bool, P2pError> {
