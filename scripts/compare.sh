@@ -5,7 +5,7 @@
 # with the machine line and the machine's own limits. This is how the
 # project states a performance figure (docs/BENCHMARKS.md).
 #
-#   scripts/compare.sh [--bench pingpong|put|get] [--btl shm|tcp]
+#   scripts/compare.sh [--bench pingpong|p2p|put|get] [--btl shm|tcp]
 #                      [--peers openmpi,mpich|none] [--rounds N] [--quick]
 #                      [--json FILE] [--out DIR] [--no-build] [--no-limits]
 #                      [-- fireopal bench args...]
@@ -38,7 +38,10 @@ while [ $# -gt 0 ]; do
         *) echo "compare.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-case "$bench" in pingpong|put|get) ;; *) echo "compare.sh: --bench is pingpong, put or get, not $bench" >&2; exit 2 ;; esac
+case "$bench" in pingpong|p2p|put|get) ;; *) echo "compare.sh: --bench is pingpong, p2p, put or get, not $bench" >&2; exit 2 ;; esac
+# The two-sided benchmarks share one MPI program and its peers.
+two_sided=0
+case "$bench" in pingpong|p2p) two_sided=1 ;; esac
 case "$btl" in shm|tcp) ;; *) echo "compare.sh: --btl is shm or tcp, not $btl" >&2; exit 2 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) echo "compare.sh: --rounds takes a whole number from 1, not $rounds" >&2; exit 2 ;; esac
 
@@ -48,7 +51,7 @@ if [ "$peers" = none ]; then
 elif [ "$peers" = auto ]; then
     peers=""
     command -v mpicc.openmpi >/dev/null && peers="openmpi"
-    if command -v mpicc.mpich >/dev/null && [ "$bench" = pingpong ]; then
+    if command -v mpicc.mpich >/dev/null && [ "$two_sided" = 1 ]; then
         peers="${peers:+$peers,}mpich"
     fi
 fi
@@ -59,7 +62,7 @@ for p in "${peer_list[@]}"; do
         openmpi) command -v mpicc.openmpi >/dev/null || { echo "compare.sh: Open MPI is not installed (Debian: openmpi-bin libopenmpi-dev)" >&2; exit 2; } ;;
         mpich)
             command -v mpicc.mpich >/dev/null || { echo "compare.sh: MPICH is not installed (Debian: mpich libmpich-dev)" >&2; exit 2; }
-            [ "$bench" = pingpong ] || { echo "compare.sh: the mpich peer runs pingpong only (its one-sided operations over ucx are not the pattern measured here)" >&2; exit 2; } ;;
+            [ "$two_sided" = 1 ] || { echo "compare.sh: the mpich peer runs pingpong and p2p only (its one-sided operations over ucx are not the pattern measured here)" >&2; exit 2; } ;;
         *) echo "compare.sh: unknown peer $p (openmpi, mpich)" >&2; exit 2 ;;
     esac
 done
@@ -79,11 +82,11 @@ if [ "$limits" = 1 ]; then
     cc -O2 -o "$out/limits" scripts/limits.c
 fi
 case "$bench" in
-    pingpong) mpi_src=scripts/mpi/pingpong.c mpi_args=() ;;
+    pingpong|p2p) mpi_src=scripts/mpi/pingpong.c mpi_args=() ;;
     *) mpi_src=scripts/mpi/rma.c mpi_args=("$bench") ;;
 esac
 if [ "$quick" = 1 ]; then
-    [ "$bench" = pingpong ] || { echo "compare.sh: --quick is for pingpong only" >&2; exit 2; }
+    [ "$two_sided" = 1 ] || { echo "compare.sh: --quick is for pingpong and p2p only" >&2; exit 2; }
     mpi_args+=(--quick)
 fi
 for p in "${peer_list[@]}"; do
@@ -126,7 +129,7 @@ run_one() {
             if [ "$btl" = tcp ]; then
                 mca=(--mca btl "self,tcp")
                 # osc rdma refuses a window over the tcp BTL.
-                [ "$bench" != pingpong ] && mca+=(--mca osc pt2pt)
+                [ "$two_sided" = 1 ] || mca+=(--mca osc pt2pt)
             fi
             timeout 600 mpirun.openmpi "${ompi_common[@]}" "${mca[@]}" "$out/mpi_openmpi" "${mpi_args[@]}" >"$file"
             ;;

@@ -139,6 +139,28 @@ impl<R, M> MatchEngine<R, M> {
     where
         E: Extend<Event<R, M>>,
     {
+        self.arrive_with(envelope, seq, msg, bytes, out, |m| m)
+    }
+
+    /// [`arrive`](Self::arrive), with `keep` applied to the message before
+    /// the engine keeps it (held, or stored as unexpected), and only then.
+    /// A caller whose message handle borrows bytes valid during the call
+    /// (a transport's receive buffer) passes the borrowed form and copies
+    /// in `keep`: a message that matches a posted receive at once comes
+    /// back in its [`Event::Matched`] still borrowed, and is copied once,
+    /// into the receive's buffer. A refused message comes back unchanged.
+    pub fn arrive_with<E>(
+        &mut self,
+        envelope: Envelope,
+        seq: u32,
+        msg: M,
+        bytes: usize,
+        out: &mut E,
+        keep: impl FnOnce(M) -> M,
+    ) -> Result<Arrival, Rejected<M>>
+    where
+        E: Extend<Event<R, M>>,
+    {
         let config = self.config;
         let store = &mut self.store;
         let Context { bins, streams } = self.contexts.entry(envelope.context).or_default();
@@ -159,7 +181,14 @@ impl<R, M> MatchEngine<R, M> {
             Some(ArrivalError::HeldLimit)
         } else {
             let tag = envelope.tag;
-            stream.held.insert(seq, Held { tag, msg, bytes });
+            stream.held.insert(
+                seq,
+                Held {
+                    tag,
+                    msg: keep(msg),
+                    bytes,
+                },
+            );
             for t in [&mut store.tally, &mut bins.tally] {
                 t.held += 1;
                 t.held_bytes += bytes as u128;
@@ -189,6 +218,7 @@ impl<R, M> MatchEngine<R, M> {
             envelope,
             msg,
             bytes,
+            keep,
         )));
         let mut released = 0;
         while !stream.held.is_empty() {
@@ -211,6 +241,7 @@ impl<R, M> MatchEngine<R, M> {
                 env,
                 h.msg,
                 h.bytes,
+                |m| m,
             )));
             released += 1;
         }

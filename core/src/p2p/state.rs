@@ -293,6 +293,7 @@ pub(super) fn deliver<R, M>(
     env: Envelope,
     msg: M,
     bytes: usize,
+    keep: impl FnOnce(M) -> M,
 ) -> Event<R, M> {
     let key = (env.source, env.tag);
     let posts = &store.posts;
@@ -363,7 +364,7 @@ pub(super) fn deliver<R, M>(
     let idx = msgs.insert(MsgNode {
         env,
         bytes,
-        msg,
+        msg: keep(msg),
         links: [Link::UNLINKED; 4],
     });
     bins.exact

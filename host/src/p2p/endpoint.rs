@@ -404,6 +404,7 @@ impl P2p {
             .probe(RecvSpec::new(ContextId(context), source, tag))?;
         let count = match m.msg {
             Arrived::Eager { data, .. } => data.len(),
+            Arrived::Inline { len, .. } => *len,
             Arrived::Rts { length, .. } => usize::try_from(*length).unwrap_or(usize::MAX),
         };
         Some(Status {

@@ -26,6 +26,14 @@ pub(crate) type ReqId = u64;
 pub(crate) enum Arrived {
     /// The whole message.
     Eager { peer: Rank, data: Vec<u8> },
+    /// The whole message, still in the transport's receive buffer: only
+    /// while the handler that got it runs (the engine copies it into
+    /// [`Arrived::Eager`] before keeping it).
+    Inline {
+        peer: Rank,
+        ptr: *const u8,
+        len: usize,
+    },
     /// A rendezvous request: the data waits at the sender.
     Rts {
         peer: Rank,
@@ -197,9 +205,10 @@ impl Protocol {
         };
         match parsed {
             Message::Eager(e) => {
-                let arrived = Arrived::Eager {
+                let arrived = Arrived::Inline {
                     peer,
-                    data: msg.payload.to_vec(),
+                    ptr: msg.payload.as_ptr(),
+                    len: msg.payload.len(),
                 };
                 self.arrive(peer, e.envelope, arrived, msg.payload.len());
             }
@@ -249,9 +258,23 @@ impl Protocol {
             tag: env.tag,
         };
         let mut events = std::mem::take(&mut self.events);
-        let result = self
-            .engine
-            .arrive(envelope, env.seq, arrived, bytes, &mut events);
+        let result =
+            self.engine.arrive_with(
+                envelope,
+                env.seq,
+                arrived,
+                bytes,
+                &mut events,
+                |m| match m {
+                    // SAFETY: `keep` runs inside this call, while the
+                    // transport's bytes behind an inline message are valid.
+                    Arrived::Inline { peer, ptr, len } => Arrived::Eager {
+                        peer,
+                        data: unsafe { bytes_at(ptr, len) }.to_vec(),
+                    },
+                    kept => kept,
+                },
+            );
         if let Err(rejected) = result {
             self.violations
                 .push((peer, Violation::Sequence(rejected.error)));
@@ -265,8 +288,20 @@ impl Protocol {
     }
 
     /// A receive met its message: copy it, or start the rendezvous.
+    ///
+    /// An [`Arrived::Inline`] message is only ever matched inside the
+    /// handler call that received it, so its bytes are still valid here.
     pub(crate) fn matched(&mut self, id: ReqId, message: Matched<Arrived>) {
         let env = message.envelope;
+        match message.msg {
+            Arrived::Eager { peer, data } => return self.deliver_eager(id, env, peer, &data),
+            Arrived::Inline { peer, ptr, len } => {
+                // SAFETY: see above: the handler that got the bytes runs.
+                let data = unsafe { bytes_at(ptr, len) };
+                return self.deliver_eager(id, env, peer, data);
+            }
+            Arrived::Rts { .. } => {}
+        }
         let Some(req) = self.reqs.get_mut(&id) else {
             return;
         };
@@ -282,32 +317,7 @@ impl Protocol {
         };
         *post = None;
         match message.msg {
-            Arrived::Eager { peer, data } => {
-                let n = data.len().min(target.cap);
-                if n > 0 && !target.ptr.is_null() {
-                    // SAFETY: `target` is the receive's buffer of `cap`
-                    // bytes, kept alive and untouched by its owner until
-                    // the request completes (owned here, or borrowed by a
-                    // blocking receive that waits for it); `data` is a
-                    // separate allocation.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), target.ptr, n) };
-                }
-                let st = Status {
-                    source: env.source,
-                    tag: env.tag,
-                    count: n,
-                };
-                let result = if data.len() > target.cap {
-                    Err(P2pError::Truncated {
-                        status: st,
-                        sent: data.len() as u64,
-                    })
-                } else {
-                    Ok(st)
-                };
-                self.complete(id, result);
-                self.owe_credit(peer);
-            }
+            Arrived::Eager { .. } | Arrived::Inline { .. } => {}
             Arrived::Rts {
                 peer,
                 protocol,
@@ -359,6 +369,41 @@ impl Protocol {
         }
     }
 
+    /// An eager message for receive `id`: copy what fits, complete it.
+    fn deliver_eager(&mut self, id: ReqId, env: Envelope, peer: Rank, data: &[u8]) {
+        let Some(Req {
+            state: ReqState::Recv { target, post, .. },
+            ..
+        }) = self.reqs.get_mut(&id)
+        else {
+            return;
+        };
+        *post = None;
+        let n = data.len().min(target.cap);
+        if n > 0 && !target.ptr.is_null() {
+            // SAFETY: `target` is the receive's buffer of `cap` bytes, kept
+            // alive and untouched by its owner until the request completes
+            // (owned here, or borrowed by a blocking receive that waits for
+            // it); `data` is the message's own bytes, elsewhere.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), target.ptr, n) };
+        }
+        let status = Status {
+            source: env.source,
+            tag: env.tag,
+            count: n,
+        };
+        let result = if data.len() > target.cap {
+            Err(P2pError::Truncated {
+                status,
+                sent: data.len() as u64,
+            })
+        } else {
+            Ok(status)
+        };
+        self.complete(id, result);
+        self.owe_credit(peer);
+    }
+
     /// A fragment of a pipelined message: copy what fits, complete the
     /// receive with the last byte.
     fn on_data(&mut self, peer: Rank, id: ReqId, offset: u64, payload: &[u8]) {
@@ -407,6 +452,20 @@ impl Protocol {
             let credits = std::mem::take(owed);
             self.actions.push_back(Action::Credit { peer, credits });
         }
+    }
+}
+
+/// The `len` bytes at `ptr`.
+///
+/// # Safety
+///
+/// They must be valid for reads while the slice is used.
+unsafe fn bytes_at<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
     }
 }
 
