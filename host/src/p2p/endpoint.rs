@@ -72,6 +72,9 @@ impl fmt::Debug for P2p {
     }
 }
 
+/// A completed request taken out: its result and its owned buffer.
+pub(super) type Finished = (Result<Status, P2pError>, Option<Box<dyn Any>>);
+
 /// What starting a send did.
 pub(super) enum Started {
     /// The message left; nothing more to wait for.
@@ -218,6 +221,7 @@ impl P2p {
     /// `ptr..ptr + len` must stay readable and unchanged until the
     /// returned request completes (or until this returns, for
     /// [`Started::Done`]); `owned`, if any, is what keeps it alive.
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn start_send(
         &mut self,
         comm: &Communicator,
@@ -249,6 +253,7 @@ impl P2p {
         let data: &[u8] = if len == 0 {
             &[]
         } else {
+            // SAFETY: as above.
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
         let eager_limit = self.eager.get(peer as usize).copied().unwrap_or(0);
@@ -584,6 +589,7 @@ impl P2p {
         let data: &[u8] = if len == 0 || ptr.is_null() {
             &[]
         } else {
+            // SAFETY: as above.
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
         let mut result = Ok(Status {
@@ -719,14 +725,9 @@ impl P2p {
     }
 
     /// Takes a completed request out: its result and its owned buffer.
-    pub(super) fn take_done(
-        &mut self,
-        id: ReqId,
-    ) -> Option<(Result<Status, P2pError>, Option<Box<dyn Any>>)> {
+    pub(super) fn take_done(&mut self, id: ReqId) -> Option<Finished> {
         let mut proto = self.proto.borrow_mut();
-        if proto.reqs.get(&id)?.done.is_none() {
-            return None;
-        }
+        proto.reqs.get(&id)?.done.as_ref()?;
         let req = proto.reqs.remove(&id)?;
         let owned = match req.state {
             ReqState::Recv { target, .. } => target.owned,

@@ -266,12 +266,13 @@ impl Protocol {
                 bytes,
                 &mut events,
                 |m| match m {
-                    // SAFETY: `keep` runs inside this call, while the
-                    // transport's bytes behind an inline message are valid.
-                    Arrived::Inline { peer, ptr, len } => Arrived::Eager {
-                        peer,
-                        data: unsafe { bytes_at(ptr, len) }.to_vec(),
-                    },
+                    Arrived::Inline { peer, ptr, len } => {
+                        // SAFETY: `keep` runs inside this call, while the
+                        // transport's bytes behind an inline message are
+                        // valid.
+                        let data = unsafe { bytes_at(ptr, len) }.to_vec();
+                        Arrived::Eager { peer, data }
+                    }
                     kept => kept,
                 },
             );

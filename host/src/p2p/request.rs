@@ -265,6 +265,8 @@ impl P2p {
     }
 
     /// Waits for `req` to complete, then returns its buffer and status.
+    // The error hands the buffer back, so it is as large as the buffer.
+    #[allow(clippy::result_large_err)]
     pub fn wait<B: 'static>(&mut self, mut req: Request<B>) -> Result<(B, Status), Failure<B>> {
         if let Some((result, buf)) = req.ready.take() {
             return finish(result, buf);
@@ -304,6 +306,7 @@ impl P2p {
     }
 
     /// Waits for every request, in order.
+    #[allow(clippy::result_large_err)]
     pub fn waitall<B: 'static>(
         &mut self,
         reqs: Vec<Request<B>>,
@@ -433,6 +436,7 @@ impl P2p {
     }
 }
 
+#[allow(clippy::result_large_err)]
 fn finish<B>(result: Result<Status, P2pError>, buf: B) -> Result<(B, Status), Failure<B>> {
     match result {
         Ok(status) => Ok((buf, status)),

@@ -47,7 +47,7 @@ impl Messenger {
         tag: u8,
         handler: impl FnMut(&Incoming<'_>, &mut Replies) + 'static,
     ) {
-        debug_assert!(tag >= FIRST_RESERVED_TAG && tag < super::TAG_FRAG_NEXT);
+        debug_assert!((FIRST_RESERVED_TAG..super::TAG_FRAG_NEXT).contains(&tag));
         let handler: Handler = Box::new(handler);
         self.set_handler(tag, handler);
     }
