@@ -1,7 +1,10 @@
 //! `fireopal`: the host runtime a communication library is built on.
 //!
-//! A runtime (an OpenSHMEM or MPI layer, a test program) meets five
-//! modules:
+//! A runtime (an OpenSHMEM or MPI layer, a test program) starts with
+//! [`Runtime::init`], which joins the job and owns everything below, and
+//! programs against [`p2p`]: communicators and tagged point-to-point
+//! messages (`send`/`recv`, `isend`/`irecv` with requests, probes,
+//! `dup`/`split`/`create`). Underneath are five modules:
 //!
 //! - [`btl`]: the [`Messenger`](btl::Messenger), active messages and
 //!   one-sided transfers between the ranks of a job over every selected
