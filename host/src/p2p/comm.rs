@@ -199,6 +199,8 @@ impl P2p {
         let all = self.agree(comm, color, key)?;
         let id = self.lowest_common(&all)?;
         let Some(color) = color else {
+            // No communicator here: the id stays free on this process.
+            self.ids.give_back(id);
             return Ok(None);
         };
         let mut members: Vec<(i32, u32)> = all
