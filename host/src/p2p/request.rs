@@ -305,7 +305,9 @@ impl P2p {
         }
     }
 
-    /// Waits for every request, in order.
+    /// Waits for every request, in order. When the wait fails (a stall),
+    /// the requests not complete come back at once in failures with its
+    /// error, each with its request: none is waited for again.
     #[allow(clippy::result_large_err)]
     pub fn waitall<B: 'static>(
         &mut self,
@@ -314,8 +316,19 @@ impl P2p {
         let ids: Vec<Option<ReqId>> = reqs.iter().map(|r| r.id).collect();
         // Drive them all first, so that completions are not serialized
         // behind the first request's.
-        let _ = self.wait_for(|p| ids.iter().flatten().all(|&id| p.is_done(id)));
-        reqs.into_iter().map(|r| self.wait(r)).collect()
+        let failed = self
+            .wait_for(|p| ids.iter().flatten().all(|&id| p.is_done(id)))
+            .err();
+        reqs.into_iter()
+            .map(|r| match (&failed, r.id) {
+                (Some(error), Some(id)) if r.ready.is_none() && !self.is_done(id) => Err(Failure {
+                    error: error.clone(),
+                    buffer: None,
+                    request: Some(r),
+                }),
+                _ => self.wait(r),
+            })
+            .collect()
     }
 
     /// Sends `data` to rank `dest` of `comm` and returns once the buffer
