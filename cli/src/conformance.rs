@@ -2,7 +2,9 @@
 //! every rank of a job (`fireopal run -n N -- fireopal conformance --btl
 //! NAME`), with the messenger suite of `fireopal-conformance`. `--btl
 //! NAME` checks a transport through the messenger, `--memheap NAME` a
-//! symmetric-heap allocator through the host's heap calls.
+//! symmetric-heap allocator through the host's heap calls, and `--p2p`
+//! the point-to-point layer (tagged messages, communicators) over
+//! whatever transports the job selects.
 //! The project's tests run it against every in-tree component, and the
 //! author of an out-of-tree one runs the same checks against theirs, found
 //! through `FIREOPAL_PLUGIN_PATH`, with the host they will ship against.
@@ -17,34 +19,42 @@ use std::process::ExitCode;
 
 use fireopal::bootstrap::Bootstrap;
 use fireopal::plugin::Options;
-use fireopal_conformance::messenger::{btl, memheap, Tally};
+use fireopal::{Runtime, RuntimeError};
+use fireopal_conformance::messenger::{btl, memheap, p2p, Tally};
 
 use super::args::{self, Arg, Args, Stop};
-use super::{open_registry, CommonArgs, Failure};
+use super::{is_usage_error, open_registry, CommonArgs, Failure};
 
 pub(super) const SYNOPSIS: &str = "\
 fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=value]...
-fireopal conformance --memheap NAME [--case NAME[,NAME]...] [--param name=value]...";
+fireopal conformance --memheap NAME [--case NAME[,NAME]...] [--param name=value]...
+fireopal conformance --p2p [--case NAME[,NAME]...] [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=value]...
        fireopal conformance --memheap NAME [--case NAME[,NAME]...] [--param name=value]...
+       fireopal conformance --p2p [--case NAME[,NAME]...] [--param name=value]...
 
 Checks a transport (--btl) or a symmetric-heap allocator (--memheap)
-against its contract. Run it under `fireopal run -n N` (N >= 2 for the
-peer-death case, and for the heap's symmetry to be checked across
-processes). Each rank prints a line per case, PASS, FAIL, or N/A where
-the component does not offer what the case checks, then its summary:
-N passed, M failed, K not applicable.
+against its contract, or the point-to-point layer (--p2p) over the
+transports the job selects (FIREOPAL_BTL, --param btl=...). Run it under
+`fireopal run -n N` (N >= 2 for the peer-death case, and for the heap's
+symmetry to be checked across processes). Each rank prints a line per
+case, PASS, FAIL, or N/A where the component does not offer what the
+case checks, then its summary: N passed, M failed, K not applicable.
 
   --btl NAME            the transport to check
   --memheap NAME        the heap allocator to check
+  --p2p                 the point-to-point layer
   --case LIST           only these cases (comma-separated), in run order
   --param name=value    set a parameter
 
 btl cases, in the order they run: sizes, many, completions, sendi, rdma,
 in-place, symmetric-heap, peer-death
 memheap cases: align, random, symmetric, exhaustion, bad-free
+p2p cases: eager-and-rendezvous, wildcards, ordering, truncation,
+zero-bytes, self, many-requests, communicators, random (seeded by
+FIREOPAL_P2P_SEED)
 ";
 
 const CMD: &str = "fireopal conformance";
@@ -54,6 +64,7 @@ const CMD: &str = "fireopal conformance";
 enum Subject {
     Btl(String),
     Memheap(String),
+    P2p,
 }
 
 /// A parsed `fireopal conformance` command line.
@@ -74,6 +85,7 @@ fn parse(args: &[String]) -> Result<Command, Stop> {
         let named = match arg {
             Arg::Opt("--btl") => Subject::Btl(it.value()?.to_owned()),
             Arg::Opt("--memheap") => Subject::Memheap(it.value()?.to_owned()),
+            Arg::Opt("--p2p") => Subject::P2p,
             Arg::Opt("--case") => {
                 only = Some(it.value()?.to_owned());
                 continue;
@@ -81,10 +93,13 @@ fn parse(args: &[String]) -> Result<Command, Stop> {
             other => return Err(args::unknown(other)),
         };
         if subject.replace(named).is_some() {
-            return Err(Stop::Usage("name one of --btl and --memheap, once".into()));
+            return Err(Stop::Usage(
+                "name one of --btl, --memheap and --p2p, once".into(),
+            ));
         }
     }
-    let subject = subject.ok_or_else(|| Stop::Usage("--btl or --memheap is required".into()))?;
+    let subject = subject
+        .ok_or_else(|| Stop::Usage("one of --btl, --memheap and --p2p is required".into()))?;
     Ok(Command {
         subject,
         only,
@@ -109,6 +124,10 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         },
         Subject::Memheap(name) => match select_cases(&memheap::CASES, only.as_deref()) {
             Ok(cases) => run_memheap(&name, common.params, &cases),
+            Err(stop) => return stop.exit(CMD, USAGE),
+        },
+        Subject::P2p => match select_cases(&p2p::CASES, only.as_deref()) {
+            Ok(cases) => run_p2p(common.params, &cases),
             Err(stop) => return stop.exit(CMD, USAGE),
         },
     };
@@ -152,6 +171,19 @@ fn run_memheap(
 ) -> Result<Tally, Failure> {
     let (boot, registry) = open("memheap", name, params)?;
     memheap::run(name, boot, &registry, cases).map_err(|e| e.to_string().into())
+}
+
+/// Joins the job through the runtime with the command line's parameters
+/// and runs the point-to-point cases.
+fn run_p2p(
+    params: Vec<(String, String)>,
+    cases: &[(&'static str, p2p::Case)],
+) -> Result<Tally, Failure> {
+    let rt = Runtime::init_with(p2p::runtime_options(params)).map_err(|e| match e {
+        RuntimeError::Components(e) if is_usage_error(&e) => Failure::Usage(e.to_string()),
+        e => Failure::Run(e.to_string()),
+    })?;
+    p2p::run(rt, cases).map_err(|e| e.to_string().into())
 }
 
 /// The cases of `all` named in a `--case` list (all of them without
@@ -201,10 +233,37 @@ mod tests {
             &["--btl=tcp", "--btl=shm"],
             &["--memheap", "buddy", "--case", "sizes"],
             &["--btl", "tcp", "--frobnicate"],
+            &["--p2p", "--btl", "tcp"],
+            &["--memheap", "buddy", "--p2p"],
+            &["--p2p", "--p2p"],
+            &["--p2p=yes"],
+            &["--p2p", "shm"],
+            &["--p2p", "--case", "sizes"],
         ] {
             assert_eq!(main(&args(bad)), ExitCode::from(2), "{bad:?}");
         }
         assert_eq!(main(&args(&["--btl", "x", "--help"])), ExitCode::SUCCESS);
+    }
+
+    #[test]
+    fn the_p2p_subject_takes_no_name() {
+        let command = parse(&args(&["--p2p", "--case", "random", "--param", "a=b"])).unwrap();
+        assert_eq!(command.subject, Subject::P2p);
+        assert_eq!(command.only.as_deref(), Some("random"));
+        assert_eq!(command.common.params, [("a".to_owned(), "b".to_owned())]);
+        assert_eq!(main(&args(&["--p2p", "--help"])), ExitCode::SUCCESS);
+        assert!(USAGE.contains("--p2p") && SYNOPSIS.contains("--p2p"));
+        for (name, _) in p2p::CASES {
+            assert!(USAGE.contains(name), "{name} missing from the usage");
+        }
+    }
+
+    #[test]
+    fn p2p_cases_are_selected_in_run_order() {
+        let some = select_cases(&p2p::CASES, Some("random,wildcards")).unwrap();
+        let names: Vec<&str> = some.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["wildcards", "random"]);
+        assert!(select_cases(&p2p::CASES, Some("sizes")).is_err());
     }
 
     #[test]

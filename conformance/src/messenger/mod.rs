@@ -4,16 +4,20 @@
 //!
 //! [`btl`] sends through the [`Messenger`](fireopal::btl::Messenger) in a
 //! ring of ranks; [`memheap`] drives a symmetric heap with the same calls
-//! on every rank. The caller (`fireopal conformance`) starts the
-//! bootstrap, opens the registry with the component selected, and hands
-//! both over; each rank prints `rank R: PASS case`, `rank R: FAIL case:
-//! why` or `rank R: N/A case: why` per case and then its [`Tally`].
+//! on every rank; [`p2p`] checks the tagged point-to-point layer and its
+//! communicators over whatever transports the job selected. The caller
+//! (`fireopal conformance`) starts the bootstrap and opens the registry
+//! with the component selected (for [`p2p`]: joins the job through
+//! [`Runtime`](fireopal::Runtime)), and hands them over; each rank prints
+//! `rank R: PASS case`, `rank R: FAIL case: why` or `rank R: N/A case:
+//! why` per case and then its [`Tally`].
 
 use std::fmt;
 use std::time::Instant;
 
 pub mod btl;
 pub mod memheap;
+pub mod p2p;
 
 pub use crate::Outcome;
 
@@ -98,6 +102,10 @@ pub enum SetupError {
     },
     /// The job could not be closed in order.
     Finalize(fireopal::bootstrap::WireError),
+    /// The point-to-point layer refused the suite's setup.
+    P2p(fireopal::p2p::P2pError),
+    /// The runtime could not be closed in order.
+    Runtime(fireopal::RuntimeError),
 }
 
 impl fmt::Display for SetupError {
@@ -110,6 +118,8 @@ impl fmt::Display for SetupError {
                 write!(f, "{wanted} is not what serves the suite: {served_by}")
             }
             Self::Finalize(e) => write!(f, "finalizing the job: {e}"),
+            Self::P2p(e) => write!(f, "setting up point-to-point messaging: {e}"),
+            Self::Runtime(e) => write!(f, "finalizing the runtime: {e}"),
         }
     }
 }
@@ -121,6 +131,8 @@ impl std::error::Error for SetupError {
             Self::Heap(e) => Some(e),
             Self::Handler(e) => Some(e),
             Self::Finalize(e) => Some(e),
+            Self::P2p(e) => Some(e),
+            Self::Runtime(e) => Some(e),
             Self::NotServed { .. } => None,
         }
     }
