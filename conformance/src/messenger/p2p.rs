@@ -29,7 +29,8 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 mod communicators;
 pub mod random;
 
-/// How long a blocking call may wait with nothing happening.
+/// How long a blocking call may wait with nothing happening, unless
+/// `p2p_stall_limit` says otherwise.
 const STALL: Duration = Duration::from_secs(60);
 /// The environment variable that seeds the `random` case.
 pub const SEED_VAR: &str = "FIREOPAL_P2P_SEED";
@@ -106,7 +107,9 @@ pub fn runtime_options(command_line: Vec<(String, String)>) -> Options {
 pub fn run(mut rt: Runtime, cases: &[(&'static str, Case)]) -> Result<Tally, SetupError> {
     let (rank, size) = (rt.rank(), rt.size());
     let world = rt.world();
-    rt.p2p().set_stall_limit(Some(STALL));
+    if rt.p2p().stall_limit().is_none() {
+        rt.p2p().set_stall_limit(Some(STALL));
+    }
     let sync = rt.p2p().dup(&world).map_err(SetupError::P2p)?;
     let cap = match rt.registry().params().value("p2p_eager_limit") {
         Some(ParamValue::Size(v) | ParamValue::UInt(v)) if *v > 0 => *v,
