@@ -167,10 +167,15 @@ impl P2p {
     /// for. Returns the work done (0: nothing happened).
     pub fn progress(&mut self) -> Result<usize, P2pError> {
         let mut work = self.messenger.progress().map_err(P2pError::Progress)?;
-        for (id, status) in self.messenger.take_layer_completions() {
-            work += 1;
-            if let Some(LayerOp::Get(req)) = self.layer_ops.remove(&id) {
-                self.get_done(req, status.map_err(P2pError::from));
+        // Each step is skipped, not run empty, when it has nothing: a
+        // blocking wait polls this in a loop, and how fast the loop turns
+        // is how soon an arrival is seen.
+        if self.messenger.has_completions() {
+            for (id, status) in self.messenger.take_layer_completions() {
+                work += 1;
+                if let Some(LayerOp::Get(req)) = self.layer_ops.remove(&id) {
+                    self.get_done(req, status.map_err(P2pError::from));
+                }
             }
         }
         work += self.run_actions();
@@ -178,9 +183,11 @@ impl P2p {
             self.epoch = self.messenger.failure_epoch();
             self.notice_failures();
         }
-        let violations = std::mem::take(&mut self.proto.borrow_mut().violations);
-        for (peer, violation) in violations {
-            self.fail_peer(peer, P2pError::Protocol { peer, violation });
+        if !self.proto.borrow().violations.is_empty() {
+            let violations = std::mem::take(&mut self.proto.borrow_mut().violations);
+            for (peer, violation) in violations {
+                self.fail_peer(peer, P2pError::Protocol { peer, violation });
+            }
         }
         Ok(work)
     }
@@ -201,6 +208,15 @@ impl P2p {
             }
         }
         Ok(())
+    }
+
+    /// Why `peer` failed, if it did (no lookup while none has).
+    fn failure_of(&self, peer: Rank) -> Option<&P2pError> {
+        if self.failed.is_empty() {
+            None
+        } else {
+            self.failed.get(&peer)
+        }
     }
 
     /// The world rank of `rank` of `comm`, refusing a freed communicator.
@@ -236,7 +252,7 @@ impl P2p {
             return Err(P2pError::InvalidTag(tag));
         }
         let peer = self.peer_of(comm, dest)?;
-        if let Some(e) = self.failed.get(&peer) {
+        if let Some(e) = self.failure_of(peer) {
             return Err(e.clone());
         }
         let seq_slot = self.seqs.entry((context, peer)).or_insert(0);
@@ -346,7 +362,7 @@ impl P2p {
             }
         }
         match source {
-            Source::Rank(r) => Ok(self.failed.get(&self.peer_of(comm, r)?).cloned()),
+            Source::Rank(r) => Ok(self.failure_of(self.peer_of(comm, r)?).cloned()),
             Source::Any => Ok(None),
         }
     }
@@ -421,6 +437,9 @@ impl P2p {
 
     /// Does the work the handler left. Returns how many actions ran.
     fn run_actions(&mut self) -> usize {
+        if self.proto.borrow().actions.is_empty() {
+            return 0;
+        }
         let mut n = 0;
         loop {
             let Some(action) = self.proto.borrow_mut().actions.pop_front() else {

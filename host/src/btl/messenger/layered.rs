@@ -108,6 +108,11 @@ impl Messenger {
         layer
     }
 
+    /// Whether any completion, the user's or a layer's, waits to be taken.
+    pub(crate) fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
     /// Grows by one for every peer recorded as failed.
     pub(crate) fn failure_epoch(&self) -> u64 {
         self.failure_epoch

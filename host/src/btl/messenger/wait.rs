@@ -48,7 +48,9 @@ impl std::error::Error for WaitError {
 #[derive(Debug)]
 pub(crate) struct StallWatch {
     limit: Duration,
-    since: Instant,
+    /// When the current stretch without work began; read lazily, at the
+    /// first check, so that a wait that ends quickly never reads the clock.
+    since: Option<Instant>,
     idle: u32,
     seen: bool,
 }
@@ -59,7 +61,7 @@ impl StallWatch {
     pub(crate) fn new(limit: Duration) -> Self {
         Self {
             limit,
-            since: Instant::now(),
+            since: None,
             idle: 0,
             seen: false,
         }
@@ -76,11 +78,13 @@ impl StallWatch {
         if self.idle % Self::POLLS != 0 {
             return false;
         }
+        let now = Instant::now();
         if std::mem::take(&mut self.seen) {
-            self.since = Instant::now();
+            self.since = Some(now);
             return false;
         }
-        self.since.elapsed() > self.limit
+        let since = *self.since.get_or_insert(now);
+        now.duration_since(since) > self.limit
     }
 
     pub(crate) fn limit(&self) -> Duration {
