@@ -415,21 +415,24 @@ impl P2p {
 
     /// Progresses once, then shows the message a receive with `source` and
     /// `tag` on `comm` would take, if one has arrived (`MPI_Iprobe`).
+    /// Refuses what a receive refuses: a rank outside `comm`, a negative
+    /// tag, a freed communicator, a named source that failed.
     pub fn iprobe(
         &mut self,
         comm: &Communicator,
         source: Source,
         tag: Tag,
     ) -> Result<Option<Status>, P2pError> {
-        if comm.is_freed() {
-            return Err(P2pError::FreedCommunicator);
+        if let Some(failed) = self.check_recv(comm, source, tag)? {
+            return Err(failed);
         }
         self.progress()?;
         Ok(self.probe_now(p2p_context(comm), source, tag))
     }
 
     /// Waits until a message a receive with `source` and `tag` would take
-    /// has arrived, and shows it (`MPI_Probe`).
+    /// has arrived, and shows it (`MPI_Probe`). Refuses what
+    /// [`iprobe`](Self::iprobe) refuses.
     pub fn probe(
         &mut self,
         comm: &Communicator,
@@ -446,8 +449,10 @@ impl P2p {
         source: Source,
         tag: Tag,
     ) -> Result<Status, P2pError> {
-        if comm.is_freed() {
-            return Err(P2pError::FreedCommunicator);
+        // A rank outside the communicator, a negative tag or a failed
+        // source would never show a message: refused as a receive is.
+        if let Some(failed) = self.check_recv(comm, source, tag)? {
+            return Err(failed);
         }
         let mut found = None;
         self.wait_for(|p| {
