@@ -61,8 +61,9 @@ fn ring_check(c: &mut Ctx, comm: &Communicator, members: &[u32], what: &str) -> 
 }
 
 /// The errors of bad arguments on `comm`, a communicator smaller than
-/// the world when it has two ranks or more: ranks past its end, negative
-/// tags, and a group outside it; requests hand their buffers back.
+/// the world when it has two ranks or more: ranks past its end and
+/// negative tags in sends, receives and probes, and a group outside it;
+/// requests hand their buffers back.
 fn bad_arguments(c: &mut Ctx, comm: &Communicator) -> Result<(), String> {
     let world = c.world.clone();
     let p2p = c.rt.p2p();
@@ -99,6 +100,21 @@ fn bad_arguments(c: &mut Ctx, comm: &Communicator) -> Result<(), String> {
         "a receive with tag -3",
         p2p.recv(comm, Source::Any, Tag::Tag(-3), &mut []).err(),
         &P2pError::InvalidTag(-3),
+    )?;
+    expect(
+        "a probe past the last rank",
+        p2p.probe(comm, Source::Rank(comm.size()), Tag::Any).err(),
+        &past,
+    )?;
+    expect(
+        "an iprobe past the last rank",
+        p2p.iprobe(comm, Source::Rank(comm.size()), Tag::Any).err(),
+        &past,
+    )?;
+    expect(
+        "a probe with tag -2",
+        p2p.probe(comm, Source::Any, Tag::Tag(-2)).err(),
+        &P2pError::InvalidTag(-2),
     )?;
     if comm.size() < world.size() {
         // Collective over `comm`: every member refuses before agreeing.
