@@ -8,8 +8,9 @@
 //! it). A case ends at a barrier of the suite's own, on a duplicate of the
 //! world, so that the wildcard receives of the next case on the world
 //! never see its messages; every message a case sends is received within
-//! it. Blocking calls have a stall limit, so a broken transport or
-//! protocol fails a case instead of hanging the job.
+//! it. Blocking calls have a stall limit (`p2p_stall_limit`, 60 s when it
+//! is not set), so a broken transport or protocol fails a case instead of
+//! hanging the job.
 //!
 //! `communicators` holds the case of dup, split, create and free;
 //! [`random`] the seeded random-traffic case and its model of MPI
@@ -101,9 +102,8 @@ pub fn runtime_options(command_line: Vec<(String, String)>) -> Options {
 }
 
 /// Runs `cases` on this rank of the job `rt` joined (with
-/// [`runtime_options`]), then finalizes it
-/// (unless a case failed: peers may still wait on this rank, and leaving
-/// ends their waits).
+/// [`runtime_options`]), then finalizes it, unless a case failed: peers
+/// may still wait on this rank, and leaving ends their waits.
 pub fn run(mut rt: Runtime, cases: &[(&'static str, Case)]) -> Result<Tally, SetupError> {
     let (rank, size) = (rt.rank(), rt.size());
     let world = rt.world();
@@ -435,8 +435,9 @@ fn case_wildcards(c: &mut Ctx) -> Result<Outcome, String> {
             if buf[..st.count] != want[..] {
                 return Err(format!("{what}: message {k} of rank {src} corrupted"));
             }
-            if s != Source::Any && s != Source::Rank(src) || t != Tag::Any && t != Tag::Tag(st.tag)
-            {
+            let source_ok = s == Source::Any || s == Source::Rank(src);
+            let tag_ok = t == Tag::Any || t == Tag::Tag(st.tag);
+            if !source_ok || !tag_ok {
                 return Err(format!("{what}: took a message it does not match"));
             }
             if !seen.insert((src, k)) {
