@@ -218,7 +218,7 @@ fn communicators_of_one_keep_their_messages_apart_and_free_their_ids() {
         .expect("world's");
     assert_eq!(&buf[..st.count], b"world");
     let id = dup.context_id();
-    p.free(dup.clone());
+    p.free(dup.clone()).expect("free");
     assert!(dup.is_freed());
     assert_eq!(p.send(&dup, 0, 1, b"x"), Err(P2pError::FreedCommunicator));
     let again = p.dup(&world).expect("dup again");
@@ -243,4 +243,27 @@ fn bad_arguments_are_errors_on_the_request() {
     let send = p.isend(&world, 0, -3, vec![1u8]);
     let failure = p.wait(send).expect_err("a negative tag");
     assert_eq!(failure.error, P2pError::InvalidTag(-3));
+}
+
+#[test]
+fn a_message_left_on_a_freed_communicator_never_reaches_the_next() {
+    let mut p = p2p();
+    let world = p.world();
+    let d = p.dup(&world).expect("dup");
+    p.send(&d, 0, 6, b"left")
+        .expect("eager to self, never received");
+    p.free(d.clone()).expect("free");
+    let d2 = p.dup(&world).expect("dup again");
+    assert_ne!(
+        d2.context_id(),
+        d.context_id(),
+        "an id whose context still holds a message is not reused"
+    );
+    p.send(&d2, 0, 6, b"new").expect("send");
+    let mut buf = [0u8; 8];
+    let st = p
+        .recv(&d2, Source::Rank(0), Tag::Tag(6), &mut buf)
+        .expect("the new communicator's own message");
+    assert_eq!(&buf[..st.count], b"new");
+    assert!(p.failed_peers().is_empty());
 }

@@ -137,7 +137,7 @@ pub fn run(mut rt: Runtime, cases: &[(&'static str, Case)]) -> Result<Tally, Set
         return Ok(tally);
     }
     let Ctx { mut rt, sync, .. } = c;
-    rt.p2p().free(sync);
+    rt.p2p().free(sync).map_err(SetupError::P2p)?;
     rt.finalize().map_err(SetupError::Runtime)?;
     Ok(tally)
 }
@@ -832,7 +832,8 @@ fn case_self(c: &mut Ctx) -> Result<Outcome, String> {
     check_status(&"receive on a communicator of one", st, 0, TAG + 2, len)?;
     check_bytes(&"receive on a communicator of one", &buf, &data(200, len))?;
     wait_ok(p2p, s, &"send on a communicator of one")?;
-    p2p.free(alone);
+    p2p.free(alone)
+        .map_err(fail("free a communicator of one"))?;
     c.barrier()?;
     Ok(Outcome::Passed)
 }

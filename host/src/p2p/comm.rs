@@ -19,6 +19,7 @@ use std::rc::Rc;
 use fireopal_core::group::Group;
 use fireopal_core::p2p::{ContextId, Source, Tag};
 
+use super::protocol::RecvTarget;
 use super::{P2p, P2pError};
 
 /// Context ids a process can hand out (the world has 0).
@@ -27,6 +28,7 @@ const MASK_WORDS: usize = MAX_CONTEXT_IDS / 64;
 /// Tags of the collectives on a collective context.
 const TAG_GATHER: i32 = 1;
 const TAG_BROADCAST: i32 = 2;
+const TAG_FREE: i32 = 3;
 
 /// The context ids this process has free, and those waiting for their
 /// contexts to drain before they can be used again.
@@ -239,18 +241,50 @@ impl P2p {
         Ok(Some(self.install(id, group.clone())))
     }
 
-    /// Frees `comm` (`MPI_Comm_free`): its handle and clones refuse further
-    /// calls, and its context id is free again once nothing of it remains
-    /// in matching. Pending requests on it must be complete.
-    pub fn free(&mut self, comm: Communicator) {
+    /// Frees `comm` (`MPI_Comm_free`); collective over `comm`. Pending
+    /// requests on it must be complete. Every member tells every member
+    /// (itself included) that it is done, on the collective context; a
+    /// transport delivers one sender's messages in order, so once a
+    /// member has every notice, every message sent to it on `comm` has
+    /// arrived. Then its handle and clones refuse further calls, and the
+    /// context id is free again once nothing of `comm` remains in
+    /// matching (a message never received keeps it out of use).
+    ///
+    /// A member that failed makes this an error; `comm` is freed all
+    /// the same.
+    pub fn free(&mut self, comm: Communicator) -> Result<(), P2pError> {
         if comm.is_freed() || comm.context_id() == 0 {
-            return;
+            return Ok(());
+        }
+        let context = comm.context_id() * 2 + 1;
+        let tag = Tag::Tag(TAG_FREE);
+        let mut first_error = None;
+        let mut notices = Vec::new();
+        for r in 0..comm.size() {
+            let failed = self.check_recv(&comm, Source::Rank(r), tag)?;
+            let nowhere = RecvTarget {
+                ptr: std::ptr::null_mut(),
+                cap: 0,
+                owned: None,
+            };
+            notices.push(self.start_recv(&comm, context, Source::Rank(r), tag, nowhere, failed));
+        }
+        for r in 0..comm.size() {
+            if let Err(e) = self.send_on(&comm, context, r, TAG_FREE, &[]) {
+                first_error.get_or_insert(e);
+            }
+        }
+        for id in notices {
+            if let Err(e) = self.finish_blocking(id) {
+                first_error.get_or_insert(e);
+            }
         }
         comm.inner.freed.set(true);
         let id = comm.context_id();
         self.proto.borrow_mut().groups.remove(&id);
         self.ids.draining.push(id);
         self.retire_drained();
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Gives back the ids of freed communicators whose contexts are empty.

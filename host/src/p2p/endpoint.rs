@@ -280,9 +280,13 @@ impl P2p {
                 *c -= 1;
                 drop(proto);
                 let header = Eager { envelope, flags: 0 }.encode();
-                self.messenger
-                    .send_layer(peer, crate::p2p::endpoint::TAG_P2P, &header, data)?;
-                return Ok(Started::Done);
+                return match self.messenger.send_layer(peer, TAG_P2P, &header, data) {
+                    Ok(_) => Ok(Started::Done),
+                    Err(e) => {
+                        self.unsend(context, peer, seq);
+                        Err(e.into())
+                    }
+                };
             }
         }
         // Rendezvous: RGET where the route reads remote memory, else the
@@ -340,6 +344,7 @@ impl P2p {
                 if let Some(h) = registration {
                     let _ = self.messenger.deregister_memory(h);
                 }
+                self.unsend(context, peer, seq);
                 Err(e)
             }
         }
@@ -364,6 +369,16 @@ impl P2p {
         match source {
             Source::Rank(r) => Ok(self.failure_of(self.peer_of(comm, r)?).cloned()),
             Source::Any => Ok(None),
+        }
+    }
+
+    /// Takes back sequence number `seq` of a message that never left, so
+    /// that the receiver does not wait for it.
+    fn unsend(&mut self, context: u32, peer: Rank, seq: u32) {
+        if let Some(next) = self.seqs.get_mut(&(context, peer)) {
+            if *next == seq.wrapping_add(1) {
+                *next = seq;
+            }
         }
     }
 

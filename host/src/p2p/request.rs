@@ -402,7 +402,7 @@ impl P2p {
 
     /// Waits for a request on a borrowed buffer; on a stall the request
     /// is abandoned before the borrow ends.
-    fn finish_blocking(&mut self, id: ReqId) -> Result<Status, P2pError> {
+    pub(super) fn finish_blocking(&mut self, id: ReqId) -> Result<Status, P2pError> {
         if let Err(e) = self.wait_for(|p| p.is_done(id)) {
             self.abandon(id);
             return Err(e);

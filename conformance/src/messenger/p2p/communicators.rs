@@ -260,7 +260,7 @@ pub(super) fn case_communicators(c: &mut Ctx) -> Result<Outcome, String> {
     }
     // Free everything; a freed communicator refuses calls.
     for comm in made {
-        c.rt.p2p().free(comm);
+        c.rt.p2p().free(comm).map_err(fail("free"))?;
     }
     let p2p = c.rt.p2p();
     match p2p.send(&dup, 0, 1, b"x") {
@@ -285,7 +285,7 @@ pub(super) fn case_communicators(c: &mut Ctx) -> Result<Outcome, String> {
     }
     let first = again.first().cloned();
     for comm in again {
-        p2p.free(comm);
+        p2p.free(comm).map_err(fail("free"))?;
     }
     let last = p2p.dup(&world).map_err(fail("dup after free"))?;
     if Some(last.context_id()) != first.map(|f| f.context_id()) {
@@ -296,7 +296,7 @@ pub(super) fn case_communicators(c: &mut Ctx) -> Result<Outcome, String> {
         ));
     }
     ring_check(c, &last, &all, "dup reusing a context id")?;
-    c.rt.p2p().free(last);
+    c.rt.p2p().free(last).map_err(fail("free"))?;
     c.barrier()?;
     Ok(Outcome::Passed)
 }
