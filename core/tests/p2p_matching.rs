@@ -567,3 +567,36 @@ fn ten_thousand_exact_receives_then_ten_thousand_arrivals() {
     }
     assert_eq!(e.counts(), Counts::default());
 }
+
+#[test]
+fn a_failed_sources_arrived_messages_can_still_be_received() {
+    let mut e = Engine::new();
+    let r_late = queued(e.post(spec(Some(1), Some(6)), 1));
+    // Seq 0 and 1 arrive and are stored; seq 3 is held behind the gap.
+    assert_eq!(arrive(&mut e, 1, 5, 0, 10), [Out::Stored(10)]);
+    assert_eq!(arrive(&mut e, 1, 8, 1, 11), [Out::Stored(11)]);
+    assert!(arrive(&mut e, 1, 5, 3, 13).is_empty());
+
+    let f = e.fail_source_keeping_arrived(C, 1);
+    assert_eq!(f.receives, [(r_late, 1)], "it could never match");
+    let msgs: Vec<u32> = f.messages.iter().map(|m| m.msg).collect();
+    assert_eq!(msgs, [13], "only the held message goes");
+    assert_eq!((e.posted(), e.unexpected(), e.held()), (0, 2, 0));
+    assert!(e.source_failed(C, 1));
+
+    // Receives naming it take what arrived, in order, then fail.
+    let Posted::Matched { message, .. } = e.post(spec(Some(1), None), 2) else {
+        panic!("the first arrived message")
+    };
+    assert_eq!(message.msg, 10);
+    assert_eq!(e.probe(spec(Some(1), Some(8))).map(|m| *m.msg), Some(11));
+    let Posted::Matched { message, .. } = e.post(spec(None, Some(8)), 3) else {
+        panic!("an any-source receive takes it too")
+    };
+    assert_eq!(message.msg, 11);
+    assert_eq!(e.post(spec(Some(1), None), 4), Posted::SourceFailed(4));
+    // Later arrivals are refused.
+    let mut events = Vec::new();
+    let r = e.arrive(env(1, 5), 2, 12, 0, &mut events).unwrap_err();
+    assert_eq!(r.error, ArrivalError::SourceFailed);
+}

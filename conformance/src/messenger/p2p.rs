@@ -28,6 +28,7 @@ use fireopal_abi::param::ParamValue;
 use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 
 mod communicators;
+mod death;
 pub mod random;
 
 /// How long a blocking call may wait with nothing happening, unless
@@ -61,6 +62,8 @@ pub struct Ctx {
     eager: Vec<u64>,
     /// The seed of the `random` case, or why the variable is unusable.
     seed: Result<u64, String>,
+    /// This rank is the one that dies in the `peer-death` case.
+    leave: bool,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -76,8 +79,9 @@ impl std::fmt::Debug for Ctx {
 /// One point-to-point case.
 pub type Case = CaseOf<Ctx>;
 
-/// Every case, in the order it runs.
-pub const CASES: [(&str, Case); 9] = [
+/// Every case, in the order it runs (`peer-death` leaves the job one
+/// rank short, so it is last).
+pub const CASES: [(&str, Case); 10] = [
     ("eager-and-rendezvous", case_eager_and_rendezvous),
     ("wildcards", case_wildcards),
     ("ordering", case_ordering),
@@ -87,6 +91,7 @@ pub const CASES: [(&str, Case); 9] = [
     ("many-requests", case_many_requests),
     ("communicators", communicators::case_communicators),
     ("random", random::case_random),
+    ("peer-death", death::case_peer_death),
 ];
 
 /// The options to join the job with for this suite: `command_line`'s
@@ -131,9 +136,24 @@ pub fn run(mut rt: Runtime, cases: &[(&'static str, Case)]) -> Result<Tally, Set
         size,
         eager,
         seed,
+        leave: false,
     };
     let tally = run_cases(rank, &mut c, cases);
-    if tally.failed > 0 {
+    if c.leave {
+        // Abruptly, as a crashed rank would: no finalize, no destructors.
+        std::process::exit(0);
+    }
+    if tally.failed > 0 || cases.iter().any(|(name, _)| *name == "peer-death") {
+        // Peers may still wait on this rank, or the job is one rank
+        // short: no collective finalize, but what this rank sent leaves
+        // before it does (a send completes once its bytes are copied).
+        let stall = c.rt.p2p().stall_limit().unwrap_or(STALL);
+        let drained =
+            c.rt.messenger()
+                .wait_until(|m| m.pending_sends() == 0, stall);
+        if let Err(e) = drained {
+            println!("rank {rank}: note: sends still queued at the end: {e}");
+        }
         return Ok(tally);
     }
     let Ctx { mut rt, sync, .. } = c;

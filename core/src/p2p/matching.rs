@@ -79,14 +79,16 @@ impl<R, M> MatchEngine<R, M> {
         let stamp = self.next_stamp;
         self.next_stamp += 1;
         let ctx = self.contexts.entry(spec.context).or_default();
-        if let Source::Rank(s) = spec.source {
-            if ctx.streams.get(&s).is_some_and(|st| st.failed) {
-                return Posted::SourceFailed(req);
-            }
-        }
+        // A failed source's messages that arrived before the failure are
+        // still taken (see `fail_source_keeping_arrived`).
         if let Some(idx) = first_unexpected(ctx, spec) {
             if let Some(message) = remove_unexpected(ctx, &mut self.store, idx) {
                 return Posted::Matched { req, message };
+            }
+        }
+        if let Source::Rank(s) = spec.source {
+            if ctx.streams.get(&s).is_some_and(|st| st.failed) {
+                return Posted::SourceFailed(req);
             }
         }
         let store = &mut self.store;
@@ -296,6 +298,29 @@ impl<R, M> MatchEngine<R, M> {
     /// and `e` exact bins of the context. Call it once per context the
     /// failed process belongs to, with its rank in each.
     pub fn fail_source(&mut self, context: ContextId, source: u32) -> SourceFailure<R, M> {
+        self.fail_source_with(context, source, false)
+    }
+
+    /// Like [`fail_source`](Self::fail_source), but the source's
+    /// unexpected messages stay: they arrived in order before the
+    /// failure, and later receives that name the source still take them
+    /// (and [`probe`](Self::probe) shows them); only once none matches
+    /// does such a receive answer [`Posted::SourceFailed`]. Held messages
+    /// are taken out (their predecessors will never come).
+    pub fn fail_source_keeping_arrived(
+        &mut self,
+        context: ContextId,
+        source: u32,
+    ) -> SourceFailure<R, M> {
+        self.fail_source_with(context, source, true)
+    }
+
+    fn fail_source_with(
+        &mut self,
+        context: ContextId,
+        source: u32,
+        keep_unexpected: bool,
+    ) -> SourceFailure<R, M> {
         let store = &mut self.store;
         let Context { bins, streams } = self.contexts.entry(context).or_default();
         let stream = streams.entry(source).or_default();
@@ -343,7 +368,7 @@ impl<R, M> MatchEngine<R, M> {
 
         // Unexpected messages, oldest first.
         let mut messages = Vec::new();
-        while let Some(idx) = stream.bin.unexpected.head() {
+        while let Some(idx) = stream.bin.unexpected.head().filter(|_| !keep_unexpected) {
             match remove_msg(bins, &mut stream.bin, store, idx) {
                 Some(m) => messages.push(m),
                 None => break,

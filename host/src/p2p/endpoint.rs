@@ -402,12 +402,14 @@ impl P2p {
             status: None,
             sent: 0,
         });
-        if let Some(e) = failed_peer {
-            proto.complete(id, Err(e));
-            return id;
-        }
         match proto.engine.post(spec, id) {
             Posted::Matched { req, message } => proto.matched(req, message),
+            // A failed source's messages that arrived before its failure
+            // still match; with none left, the receive fails.
+            Posted::Queued(post) if failed_peer.is_some() => {
+                proto.engine.cancel(post);
+                proto.complete(id, Err(failed_peer.unwrap_or(P2pError::FreedCommunicator)));
+            }
             Posted::Queued(post) => {
                 if let Some(ReqState::Recv { post: p, .. }) =
                     proto.reqs.get_mut(&id).map(|r| &mut r.state)
@@ -705,7 +707,9 @@ impl P2p {
         let mut receives = Vec::new();
         for (id, rank) in contexts {
             for context in [2 * id, 2 * id + 1] {
-                let failure = proto.engine.fail_source(ContextId(context), rank);
+                let failure = proto
+                    .engine
+                    .fail_source_keeping_arrived(ContextId(context), rank);
                 receives.extend(failure.receives.into_iter().map(|(_, r)| r));
             }
         }

@@ -416,18 +416,23 @@ impl P2p {
     /// Progresses once, then shows the message a receive with `source` and
     /// `tag` on `comm` would take, if one has arrived (`MPI_Iprobe`).
     /// Refuses what a receive refuses: a rank outside `comm`, a negative
-    /// tag, a freed communicator, a named source that failed.
+    /// tag, a freed communicator, a named source that failed (once the
+    /// messages it sent before failing are received).
     pub fn iprobe(
         &mut self,
         comm: &Communicator,
         source: Source,
         tag: Tag,
     ) -> Result<Option<Status>, P2pError> {
-        if let Some(failed) = self.check_recv(comm, source, tag)? {
-            return Err(failed);
-        }
+        let failed = self.check_recv(comm, source, tag)?;
         self.progress()?;
-        Ok(self.probe_now(p2p_context(comm), source, tag))
+        // A failed source's messages that arrived before it failed are
+        // still shown; once none is left, the failure is the answer.
+        match (self.probe_now(p2p_context(comm), source, tag), failed) {
+            (Some(status), _) => Ok(Some(status)),
+            (None, Some(failed)) => Err(failed),
+            (None, None) => Ok(None),
+        }
     }
 
     /// Waits until a message a receive with `source` and `tag` would take
@@ -452,7 +457,7 @@ impl P2p {
         // A rank outside the communicator, a negative tag or a failed
         // source would never show a message: refused as a receive is.
         if let Some(failed) = self.check_recv(comm, source, tag)? {
-            return Err(failed);
+            return self.probe_now(context, source, tag).ok_or(failed);
         }
         let mut found = None;
         self.wait_for(|p| {
