@@ -213,7 +213,10 @@ fn usage_errors_go_to_stderr_with_exit_2_naming_the_valid_values() {
             "no case named \"sizes\": expected one of align, random, symmetric, \
              exhaustion or bad-free",
         ),
-        (&["conformance"], "--btl or --memheap is required"),
+        (
+            &["conformance"],
+            "one of --btl, --memheap and --p2p is required",
+        ),
         (
             &["run", "-n", "2", "--bind-to", "socket", "--", "true"],
             "--bind-to \"socket\": expected core or none",
