@@ -725,7 +725,7 @@ impl P2p {
                 ReqState::Recv { rndv: Some(v), .. } => v.peer == peer && !v.reading,
                 ReqState::Recv { .. } => false,
             })
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
             .collect();
         let mut registrations = Vec::new();
         for id in waiting {

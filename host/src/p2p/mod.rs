@@ -74,6 +74,7 @@ mod endpoint;
 mod error;
 mod protocol;
 mod request;
+mod table;
 
 pub use comm::Communicator;
 pub use endpoint::P2p;

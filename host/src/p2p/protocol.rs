@@ -14,6 +14,7 @@ use fireopal_core::id_hash::IdHash;
 use fireopal_core::p2p::{ContextId, Envelope, Event, MatchEngine, Message as Matched, PostId};
 use fireopal_core::wire::p2p::{self as wire, Credit, Fin, FinStatus, Message, RndvProtocol};
 
+use super::table::ReqTable;
 use super::{P2pError, Status, Violation};
 use crate::btl::{Incoming, MemoryHandle};
 
@@ -85,7 +86,7 @@ pub(crate) enum ReqState {
     Recv {
         target: RecvTarget,
         post: Option<PostId>,
-        rndv: Option<Rendezvous>,
+        rndv: Option<Box<Rendezvous>>,
         /// The envelope once matched.
         status: Option<Status>,
         /// The sender's length once matched.
@@ -138,8 +139,7 @@ pub(crate) enum Action {
 pub(crate) struct Protocol {
     pub(crate) engine: MatchEngine<ReqId, Arrived>,
     events: Vec<Event<ReqId, Arrived>>,
-    pub(crate) reqs: HashMap<ReqId, Req, IdHash>,
-    pub(crate) next_req: ReqId,
+    pub(crate) reqs: ReqTable,
     pub(crate) actions: VecDeque<Action>,
     /// Eager messages each peer may still send this process before
     /// credits come back.
@@ -159,8 +159,7 @@ impl Protocol {
         Protocol {
             engine: MatchEngine::new(),
             events: Vec::new(),
-            reqs: HashMap::default(),
-            next_req: 1,
+            reqs: ReqTable::default(),
             actions: VecDeque::new(),
             send_credits: vec![credits; size as usize],
             owed: vec![0; size as usize],
@@ -171,17 +170,11 @@ impl Protocol {
     }
 
     pub(crate) fn new_req(&mut self, state: ReqState) -> ReqId {
-        let id = self.next_req;
-        self.next_req += 1;
-        self.reqs.insert(
-            id,
-            Req {
-                state,
-                done: None,
-                detached: false,
-            },
-        );
-        id
+        self.reqs.insert(Req {
+            state,
+            done: None,
+            detached: false,
+        })
     }
 
     /// Completes `id` with `result`; a detached request is forgotten.
@@ -336,7 +329,7 @@ impl Protocol {
                     count: take,
                 });
                 *sent = length;
-                *rndv = Some(Rendezvous {
+                *rndv = Some(Box::new(Rendezvous {
                     peer,
                     sender_request,
                     length,
@@ -346,7 +339,7 @@ impl Protocol {
                     registration: None,
                     address,
                     key,
-                });
+                }));
                 if take == 0 || length == 0 {
                     // Nothing to move: done, and the sender may finish.
                     self.actions.push_back(Action::Fin {

@@ -1,0 +1,76 @@
+//! [`ReqTable`]: the requests of an endpoint, in a slab. A request's id
+//! is its slot and the slot's generation, so an id that outlived its
+//! request (a late FIN, a dropped handle) finds nothing rather than the
+//! slot's next request, and no lookup hashes.
+
+use super::protocol::{Req, ReqId};
+
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    req: Option<Req>,
+}
+
+/// Requests by id.
+#[derive(Default)]
+pub(crate) struct ReqTable {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+}
+
+fn split(id: ReqId) -> (usize, u32) {
+    ((id & 0xFFFF_FFFF) as usize, (id >> 32) as u32)
+}
+
+impl ReqTable {
+    /// Stores `req` and returns its id (never 0).
+    pub(crate) fn insert(&mut self, req: Req) -> ReqId {
+        let index = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(Slot::default());
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        // Generations start at 1, so that no id is 0.
+        slot.generation = slot.generation.wrapping_add(1).max(1);
+        slot.req = Some(req);
+        u64::from(slot.generation) << 32 | index as u64
+    }
+
+    pub(crate) fn get(&self, id: &ReqId) -> Option<&Req> {
+        let (index, generation) = split(*id);
+        let slot = self.slots.get(index)?;
+        (slot.generation == generation).then_some(slot.req.as_ref()?)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &ReqId) -> Option<&mut Req> {
+        let (index, generation) = split(*id);
+        let slot = self.slots.get_mut(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        slot.req.as_mut()
+    }
+
+    pub(crate) fn remove(&mut self, id: &ReqId) -> Option<Req> {
+        let (index, generation) = split(*id);
+        let slot = self.slots.get_mut(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        let req = slot.req.take()?;
+        self.free.push(index as u32);
+        Some(req)
+    }
+
+    /// Every request with its id.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (ReqId, &Req)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            s.req
+                .as_ref()
+                .map(|r| (u64::from(s.generation) << 32 | i as u64, r))
+        })
+    }
+}
