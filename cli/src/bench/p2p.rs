@@ -68,26 +68,21 @@ pub(super) fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), Fa
         }
         let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
         let windows = bandwidth_windows(n, quick);
-        let t = stream(
-            p2p,
-            &world,
-            peer,
-            &data[..n],
-            &mut window_landing[..n],
-            windows,
-            false,
-        )?;
-        let bandwidth_mbs = (n * WINDOW * windows) as f64 / t.as_secs_f64() / 1e6;
-        let t = stream(
-            p2p,
-            &world,
-            peer,
-            &data[..n],
-            &mut window_landing[..n],
-            windows,
-            true,
-        )?;
-        let bibw_mbs = (2 * n * WINDOW * windows) as f64 / t.as_secs_f64() / 1e6;
+        let mut rates = [0.0f64; 2];
+        for (both, rate) in [false, true].into_iter().zip(&mut rates) {
+            let t = stream(
+                p2p,
+                &world,
+                peer,
+                &data[..n],
+                &mut window_landing[..n],
+                windows,
+                both,
+            )?;
+            let ways = if both { 2 } else { 1 };
+            *rate = (ways * n * WINDOW * windows) as f64 / t.as_secs_f64() / 1e6;
+        }
+        let [bandwidth_mbs, bibw_mbs] = rates;
         rows.push(P2pRow {
             row: Row {
                 size: n,

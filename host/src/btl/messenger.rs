@@ -507,6 +507,19 @@ impl Messenger {
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
         let i = self.user_route(peer, tag)?;
+        self.send_routed(i, peer, tag, header, payload, Class::User)
+    }
+
+    /// Sends on module `i`, whole or in fragments.
+    fn send_routed(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        class: Class,
+    ) -> Result<SendTicket, SendError> {
         let attrs = self.slots[i].attrs;
         let max_header = attrs.max_header_size as usize;
         let total = header.len() as u64 + payload.len() as u64;
@@ -517,9 +530,9 @@ impl Messenger {
                     max: max_header,
                 });
             }
-            return self.send_one(i, peer, tag, header, payload, Class::User);
+            return self.send_one(i, peer, tag, header, payload, class);
         }
-        self.send_fragmented(i, peer, tag, header, payload, Class::User)
+        self.send_fragmented(i, peer, tag, header, payload, class)
     }
 
     fn send_one(

@@ -62,18 +62,7 @@ impl Messenger {
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
         let i = self.module_for(peer)?;
-        let attrs = self.slots[i].attrs;
-        let max_header = attrs.max_header_size as usize;
-        if header.len() as u64 + payload.len() as u64 <= attrs.max_send_size {
-            if header.len() > max_header {
-                return Err(SendError::HeaderTooLong {
-                    len: header.len(),
-                    max: max_header,
-                });
-            }
-            return self.send_one(i, peer, tag, header, payload, Class::Layer);
-        }
-        self.send_fragmented(i, peer, tag, header, payload, Class::Layer)
+        self.send_routed(i, peer, tag, header, payload, Class::Layer)
     }
 
     /// Reads `peer`'s memory into `local` for a layer.
