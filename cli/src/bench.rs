@@ -12,15 +12,16 @@
 //! runtime would place its large buffers, else as `copy`), `heap` (an
 //! object of the symmetric heap, registered with the messenger), `user`
 //! (ordinary memory, sent in place), `copy` (ordinary memory with `send`,
-//! which copies before returning) or `registered` (registered memory the
-//! receiver reads with `get`: a rendezvous, see [`rendezvous`]). The
+//! which copies before returning) or `registered` (tagged point-to-point
+//! messages of `fireopal::p2p`, whose rendezvous registers the sender's
+//! memory and lets the receiver read it with `get`, see [`tagged`]). The
 //! default, `auto`, takes the path that moves a large message once on the
 //! transport chosen: `buffer` where it offers transfer buffers (shm),
 //! else `registered` where it offers `get` (tcp), else `copy`.
 
 mod p2p;
-mod rendezvous;
 mod rma;
+mod tagged;
 
 use std::cell::Cell;
 use std::process::ExitCode;
@@ -30,10 +31,11 @@ use std::time::{Duration, Instant};
 use fireopal::bootstrap::Bootstrap;
 use fireopal::btl::{Messenger, RouteInfo, SendTicket, TransferBufferHandle};
 use fireopal::memheap::SymmetricHeap;
+use fireopal::p2p::P2p;
 use fireopal::plugin::{Framework, Options, Registry, Status};
 use fireopal_abi::btl::{BtlFlags, MemRegion};
 
-use self::rendezvous::Rendezvous;
+use self::tagged::Tagged;
 use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
 use super::{open_registry, CommonArgs, Failure};
@@ -236,12 +238,17 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), F
     let Pair {
         mut boot,
         registry,
-        mut m,
+        m,
         rank,
         size,
         peer,
         route,
     } = open_pair(common, "pingpong")?;
+    // Active messages go through the layer's messenger; `--from
+    // registered` sends large messages through the layer itself.
+    let mut p = P2p::new(m, registry.params());
+    p.set_stall_limit(Some(STALL));
+    let m = p.messenger();
 
     let pings = Rc::new(Cell::new(0u64));
     let acks = Rc::new(Cell::new(0u64));
@@ -318,8 +325,8 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), F
                 )
                 .into());
             }
-            source.path = Path::Rendezvous(Rendezvous::new(&mut m, peer, &buf, largest)?);
-            source.label = "registered memory, read by the receiver with get (rendezvous)";
+            source.path = Path::Tagged(Tagged::new(p.world(), peer, largest));
+            source.label = "tagged messages, read by the receiver with get (rendezvous)";
         }
     }
     // A message for a tag the peer has not registered yet would be
@@ -328,10 +335,10 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), F
     let mut rows = Vec::new();
     for &n in &SIZES {
         let (iters, warmup) = latency_iterations(n, quick);
-        let t = pingpong(&mut m, rank, size, peer, &source, n, iters, warmup, &pings)?;
+        let t = pingpong(&mut p, rank, size, peer, &source, n, iters, warmup, &pings)?;
         let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
         let windows = bandwidth_windows(n, quick);
-        let t = stream(&mut m, rank, size, peer, &source, n, windows, &pings, &acks)?;
+        let t = stream(&mut p, rank, size, peer, &source, n, windows, &pings, &acks)?;
         let bytes = (n * WINDOW * windows) as f64;
         let bandwidth_mbs = bytes / t.as_secs_f64() / 1e6;
         rows.push(Row {
@@ -340,22 +347,15 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), F
             bandwidth_mbs,
         });
     }
-    if let Path::Rendezvous(rv) = &source.path {
-        // The peer's last FIN may still be on its way.
-        let mut watch = StallWatch::new();
-        while !rv.all_answered() {
-            let events = m.progress().map_err(|e| e.to_string())?;
-            if watch.stalled(events) {
-                return Err("announced messages were never fetched".into());
-            }
-        }
+    if let Path::Tagged(t) = &source.path {
+        t.finish(&mut p, &buf)?;
     }
-    drain_sends(&mut m)?;
+    let m = p.messenger();
+    drain_sends(m)?;
     let from_text = source.label;
     match source.path {
         Path::Transfer(tb) => m.free_transfer_buffer(tb).map_err(|e| e.to_string())?,
-        Path::Rendezvous(rv) => rv.finish(&mut m, &buf)?,
-        Path::Copy | Path::InPlace => {}
+        Path::Tagged(_) | Path::Copy | Path::InPlace => {}
     }
     if let Some(segment) = heap_segment {
         m.unregister_segment(segment).map_err(|e| e.to_string())?;
@@ -445,29 +445,23 @@ impl StallWatch {
     }
 }
 
-/// Progresses until `counter` reaches `target`, with a stall limit, also
-/// serving the receiving side of `rendezvous`, whose finished gets count
-/// on `counter`.
-fn wait_serving(
-    m: &mut Messenger,
-    counter: &Cell<u64>,
-    target: u64,
-    rendezvous: Option<&Rendezvous>,
-) -> Result<(), String> {
+/// Progresses until `counter` reaches `target`, with a stall limit;
+/// through the point-to-point layer when it carries messages (`layer`),
+/// else through the messenger alone.
+fn wait_serving(p: &mut P2p, counter: &Cell<u64>, target: u64, layer: bool) -> Result<(), String> {
     let mut watch = StallWatch::new();
     while counter.get() < target {
-        let mut events = m.progress().map_err(|e| e.to_string())?;
+        let events = if layer {
+            p.progress().map_err(|e| e.to_string())?
+        } else {
+            p.messenger().progress().map_err(|e| e.to_string())?
+        };
+        let m = p.messenger();
         if let Some((peer, why)) = m.take_failures().into_iter().next() {
             return Err(format!("rank {peer} failed: {why}"));
         }
-        let completions = m.take_completions();
-        match rendezvous {
-            Some(rv) => events += rv.serve(m, completions, counter)?,
-            None => {
-                for (_, status) in completions {
-                    status.map_err(|e| e.to_string())?;
-                }
-            }
+        for (_, status) in m.take_completions() {
+            status.map_err(|e| e.to_string())?;
         }
         if watch.stalled(events) {
             return Err(format!(
@@ -516,8 +510,8 @@ enum Path {
     InPlace,
     /// `send_from_transfer_buffer`.
     Transfer(TransferBufferHandle),
-    /// Announced, and read by the receiver with `get`.
-    Rendezvous(Rendezvous),
+    /// Tagged point-to-point messages (the layer's rendezvous).
+    Tagged(Tagged),
 }
 
 /// Where the bench's payloads come from: the first `n` bytes of `bytes`,
@@ -532,8 +526,14 @@ struct Source<'a> {
 
 impl Source<'_> {
     #[allow(unsafe_code)]
-    fn send(&self, m: &mut Messenger, peer: u32, tag: u8, n: usize) -> Result<(), String> {
+    fn send(&self, p: &mut P2p, peer: u32, tag: u8, n: usize) -> Result<(), String> {
         let bytes = self.bytes.get(..n).unwrap_or(self.bytes);
+        if let Path::Tagged(t) = &self.path {
+            if n as u64 > self.eager {
+                return t.send(p, bytes);
+            }
+        }
+        let m = p.messenger();
         let ticket = match &self.path {
             _ if n as u64 <= self.eager => m.send(peer, tag, &[], bytes),
             Path::Copy => m.send(peer, tag, &[], bytes),
@@ -544,21 +544,22 @@ impl Source<'_> {
                 let region = unsafe { MemRegion::new(bytes.as_ptr().cast_mut(), bytes.len()) };
                 m.send_in_place(peer, tag, &[], region)
             }
-            Path::Rendezvous(rv) => return rv.announce(m, n),
+            Path::Tagged(_) => m.send(peer, tag, &[], bytes),
         };
         match ticket.map_err(|e| e.to_string())? {
             SendTicket::Done | SendTicket::Pending(_) => Ok(()),
         }
     }
 
-    /// Waits for `counter` to reach `target`, serving the rendezvous when
-    /// large messages go by one.
-    fn wait(&self, m: &mut Messenger, counter: &Cell<u64>, target: u64) -> Result<(), String> {
-        let rendezvous = match &self.path {
-            Path::Rendezvous(rv) => Some(rv),
-            _ => None,
-        };
-        wait_serving(m, counter, target, rendezvous)
+    /// Waits for `counter` to reach `target`: for messages of `n` bytes,
+    /// received by the tagged receives when large messages go as tagged
+    /// messages (an acknowledgement's `n` is 0).
+    fn wait(&self, p: &mut P2p, counter: &Cell<u64>, target: u64, n: usize) -> Result<(), String> {
+        match &self.path {
+            Path::Tagged(t) if n as u64 > self.eager => t.receive(p, counter, target, n),
+            Path::Tagged(_) => wait_serving(p, counter, target, true),
+            _ => wait_serving(p, counter, target, false),
+        }
     }
 }
 
@@ -587,7 +588,7 @@ fn drain_sends(m: &mut Messenger) -> Result<(), String> {
 
 #[allow(clippy::too_many_arguments)]
 fn pingpong(
-    m: &mut Messenger,
+    m: &mut P2p,
     rank: u32,
     size: u32,
     peer: u32,
@@ -606,14 +607,14 @@ fn pingpong(
         if size == 1 {
             // One process: a round trip is two one-way trips to itself.
             payload.send(m, peer, TAG_PING, n)?;
-            payload.wait(m, pings, seen + 1)?;
+            payload.wait(m, pings, seen + 1, n)?;
             payload.send(m, peer, TAG_PING, n)?;
-            payload.wait(m, pings, seen + 2)?;
+            payload.wait(m, pings, seen + 2, n)?;
         } else if rank == 0 {
             payload.send(m, peer, TAG_PING, n)?;
-            payload.wait(m, pings, seen + 1)?;
+            payload.wait(m, pings, seen + 1, n)?;
         } else {
-            payload.wait(m, pings, seen + 1)?;
+            payload.wait(m, pings, seen + 1, n)?;
             payload.send(m, peer, TAG_PING, n)?;
         }
     }
@@ -622,7 +623,7 @@ fn pingpong(
 
 #[allow(clippy::too_many_arguments)]
 fn stream(
-    m: &mut Messenger,
+    m: &mut P2p,
     rank: u32,
     size: u32,
     peer: u32,
@@ -642,11 +643,11 @@ fn stream(
             }
         }
         if size == 1 || rank == 1 {
-            payload.wait(m, pings, pings_due)?;
-            send(m, peer, TAG_ACK, &[])?;
+            payload.wait(m, pings, pings_due, n)?;
+            send(m.messenger(), peer, TAG_ACK, &[])?;
         }
         if size == 1 || rank == 0 {
-            payload.wait(m, acks, ack_base + w)?;
+            payload.wait(m, acks, ack_base + w, 0)?;
         }
     }
     Ok(start.elapsed())
