@@ -29,7 +29,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use fireopal::bootstrap::Bootstrap;
-use fireopal::btl::{Messenger, RouteInfo, SendTicket, TransferBufferHandle};
+use fireopal::btl::{Messenger, RouteInfo, SendTicket, StallWatch, TransferBufferHandle};
 use fireopal::memheap::SymmetricHeap;
 use fireopal::p2p::P2p;
 use fireopal::plugin::{Framework, Options, Registry, Status};
@@ -398,58 +398,11 @@ fn bandwidth_windows(n: usize, quick: bool) -> usize {
     }
 }
 
-/// Tells when a wait has seen no event for its limit. The clock is read
-/// once every [`StallWatch::POLLS`] idle polls, not on every poll or event,
-/// so that the watch does not slow the polling loop it guards (the
-/// latency figures include how fast an arrival is noticed).
-struct StallWatch {
-    limit: Duration,
-    since: Instant,
-    idle: u32,
-    seen: bool,
-}
-
-impl StallWatch {
-    const POLLS: u32 = 1024;
-
-    /// A watch with the benchmarks' limit, [`STALL`].
-    fn new() -> Self {
-        Self::with_limit(STALL)
-    }
-
-    fn with_limit(limit: Duration) -> Self {
-        Self {
-            limit,
-            since: Instant::now(),
-            idle: 0,
-            seen: false,
-        }
-    }
-
-    /// Notes one poll that completed `events`; true once nothing happened
-    /// for about the limit.
-    fn stalled(&mut self, events: usize) -> bool {
-        if events > 0 {
-            self.seen = true;
-            return false;
-        }
-        self.idle = self.idle.wrapping_add(1);
-        if self.idle % Self::POLLS != 0 {
-            return false;
-        }
-        if std::mem::take(&mut self.seen) {
-            self.since = Instant::now();
-            return false;
-        }
-        self.since.elapsed() > self.limit
-    }
-}
-
 /// Progresses until `counter` reaches `target`, with a stall limit;
 /// through the point-to-point layer when it carries messages (`layer`),
 /// else through the messenger alone.
 fn wait_serving(p: &mut P2p, counter: &Cell<u64>, target: u64, layer: bool) -> Result<(), String> {
-    let mut watch = StallWatch::new();
+    let mut watch = StallWatch::new(STALL);
     while counter.get() < target {
         let events = if layer {
             p.progress().map_err(|e| e.to_string())?
@@ -719,31 +672,4 @@ fn rows_json(rows: &[Row]) -> Json {
             })
             .collect(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_stall_is_seen_at_a_check_with_no_event_since_the_last() {
-        let mut watch = StallWatch::with_limit(Duration::ZERO);
-        let polls = StallWatch::POLLS as usize;
-        // An event before the first check restarts the clock there.
-        assert!(!watch.stalled(1));
-        assert!((1..polls).all(|_| !watch.stalled(0)));
-        assert!(!watch.stalled(0), "the check after an event");
-        // A whole period without events: stalled at its check, not before.
-        assert!((1..polls).all(|_| !watch.stalled(0)));
-        std::thread::sleep(Duration::from_millis(1));
-        assert!(watch.stalled(0));
-    }
-
-    #[test]
-    fn a_busy_wait_never_stalls() {
-        let mut watch = StallWatch::with_limit(Duration::ZERO);
-        for i in 0..10 * StallWatch::POLLS {
-            assert!(!watch.stalled(usize::from(i % 7 == 0)));
-        }
-    }
 }

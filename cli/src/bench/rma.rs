@@ -16,12 +16,10 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use fireopal::btl::{MemoryHandle, Messenger, SendTicket};
+use fireopal::btl::{MemoryHandle, Messenger, SendTicket, StallWatch};
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
-use super::{
-    bandwidth_windows, latency_iterations, open_pair, Pair, Row, StallWatch, SIZES, STALL, WINDOW,
-};
+use super::{bandwidth_windows, latency_iterations, open_pair, Pair, Row, SIZES, STALL, WINDOW};
 use crate::json::Json;
 use crate::{CommonArgs, Failure};
 
@@ -278,7 +276,7 @@ impl Ops<'_> {
 
     /// Progresses until every operation issued has completed.
     fn complete_all(&mut self) -> Result<(), String> {
-        let mut watch = StallWatch::new();
+        let mut watch = StallWatch::new(STALL);
         loop {
             for (_, status) in self.m.take_completions() {
                 status.map_err(|e| format!("{} failed: {e}", self.op.name()))?;

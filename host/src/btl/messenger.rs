@@ -971,8 +971,7 @@ mod wait;
 
 pub(crate) use layered::Class;
 pub use replies::Replies;
-pub(crate) use wait::StallWatch;
-pub use wait::WaitError;
+pub use wait::{StallWatch, WaitError};
 
 pub use failure::{FailureKind, PeerFailure};
 pub use init_error::{ExchangeError, ExchangeFailure, InitError};

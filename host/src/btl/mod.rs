@@ -31,9 +31,8 @@
 mod messenger;
 pub mod self_btl;
 
-pub(crate) use messenger::StallWatch;
 pub use messenger::{
     ExchangeError, ExchangeFailure, FailureKind, Incoming, InitError, MemoryHandle, Messenger,
     PeerFailure, ProgressError, Replies, RouteInfo, SegmentHandle, SendError, SendId, SendTicket,
-    TransferBufferHandle, WaitError, FIRST_RESERVED_TAG,
+    StallWatch, TransferBufferHandle, WaitError, FIRST_RESERVED_TAG,
 };

@@ -41,12 +41,23 @@ impl std::error::Error for WaitError {
     }
 }
 
-/// Tells when a wait has seen no work for its limit. The clock is read
-/// once every [`StallWatch::POLLS`] idle polls, not on every poll, so that
-/// the watch does not slow the polling loop it guards (a latency includes
-/// how fast an arrival is noticed).
+/// Tells when a polling loop has seen no work for its limit, for loops a
+/// runtime writes itself ([`Messenger::wait_until`] is one). The clock is
+/// read once every [`StallWatch::POLLS`] idle polls, not on every poll, so
+/// that the watch does not slow the loop it guards (a latency includes how
+/// fast an arrival is noticed).
+///
+/// ```
+/// use std::time::Duration;
+/// use fireopal::btl::StallWatch;
+///
+/// let mut watch = StallWatch::new(Duration::from_secs(30));
+/// // In a loop: `watch.stalled(messenger.progress()?)`.
+/// assert!(!watch.stalled(1));
+/// assert!(!watch.stalled(0));
+/// ```
 #[derive(Debug)]
-pub(crate) struct StallWatch {
+pub struct StallWatch {
     limit: Duration,
     /// When the current stretch without work began; read lazily, at the
     /// first check, so that a wait that ends quickly never reads the clock.
@@ -56,9 +67,11 @@ pub(crate) struct StallWatch {
 }
 
 impl StallWatch {
-    const POLLS: u32 = 1024;
+    /// Idle polls between two looks at the clock.
+    pub const POLLS: u32 = 1024;
 
-    pub(crate) fn new(limit: Duration) -> Self {
+    /// A watch that reports a stall after `limit` without work.
+    pub fn new(limit: Duration) -> Self {
         Self {
             limit,
             since: None,
@@ -69,7 +82,7 @@ impl StallWatch {
 
     /// Notes one poll that did `work`; true once nothing happened for
     /// about the limit.
-    pub(crate) fn stalled(&mut self, work: usize) -> bool {
+    pub fn stalled(&mut self, work: usize) -> bool {
         if work > 0 {
             self.seen = true;
             return false;
@@ -87,7 +100,8 @@ impl StallWatch {
         now.duration_since(since) > self.limit
     }
 
-    pub(crate) fn limit(&self) -> Duration {
+    /// The limit.
+    pub fn limit(&self) -> Duration {
         self.limit
     }
 }
