@@ -26,7 +26,10 @@ pub enum WriterView {
     Full,
     /// Another writer took this tail already: read the tail again.
     Stale,
-    /// The sequence word cannot be right.
+    /// The sequence word cannot be right for this tail. A writer whose
+    /// tail went stale while it was descheduled (the queue went round
+    /// meanwhile) sees this too: it is corruption only if the tail has
+    /// not moved since.
     Corrupt,
 }
 

@@ -443,7 +443,7 @@ impl P2p {
         let count = match m.msg {
             Arrived::Eager { data, .. } => data.len(),
             Arrived::Inline { len, .. } => *len,
-            Arrived::Rts { length, .. } => usize::try_from(*length).unwrap_or(usize::MAX),
+            Arrived::Rts(a) => usize::try_from(a.length).unwrap_or(usize::MAX),
         };
         Some(Status {
             source: m.envelope.source,
@@ -765,13 +765,14 @@ impl P2p {
     /// Takes a completed request out: its result and its owned buffer.
     pub(super) fn take_done(&mut self, id: ReqId) -> Option<Finished> {
         let mut proto = self.proto.borrow_mut();
-        proto.reqs.get(&id)?.done.as_ref()?;
-        let req = proto.reqs.remove(&id)?;
-        let owned = match req.state {
-            ReqState::Recv { target, .. } => target.owned,
-            ReqState::Send(out) => out.owned,
+        let req = proto.reqs.get_mut(&id)?;
+        let done = req.done.take()?;
+        let owned = match &mut req.state {
+            ReqState::Recv { target, .. } => target.owned.take(),
+            ReqState::Send(out) => out.owned.take(),
         };
-        Some((req.done.unwrap_or(Ok(Status::default())), owned))
+        proto.reqs.remove(&id);
+        Some((done.map_err(|e| *e), owned))
     }
 
     /// Lets go of a request whose caller stopped waiting on a buffer it

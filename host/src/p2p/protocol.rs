@@ -35,15 +35,20 @@ pub(crate) enum Arrived {
         ptr: *const u8,
         len: usize,
     },
-    /// A rendezvous request: the data waits at the sender.
-    Rts {
-        peer: Rank,
-        protocol: RndvProtocol,
-        length: u64,
-        sender_request: u64,
-        address: u64,
-        key: Vec<u8>,
-    },
+    /// A rendezvous request: the data waits at the sender. Boxed, so
+    /// that the handle the engine moves about stays small.
+    Rts(Box<Announced>),
+}
+
+/// A rendezvous request as it arrived.
+#[derive(Debug)]
+pub(crate) struct Announced {
+    pub(crate) peer: Rank,
+    pub(crate) protocol: RndvProtocol,
+    pub(crate) length: u64,
+    pub(crate) sender_request: u64,
+    pub(crate) address: u64,
+    pub(crate) key: Vec<u8>,
 }
 
 /// Where a receive's bytes go.
@@ -97,7 +102,9 @@ pub(crate) enum ReqState {
 
 pub(crate) struct Req {
     pub(crate) state: ReqState,
-    pub(crate) done: Option<Result<Status, P2pError>>,
+    /// The result once complete; the error boxed, keeping requests small
+    /// (they are moved in and out of the table on every message).
+    pub(crate) done: Option<Result<Status, Box<P2pError>>>,
     /// The caller let go of the handle: forget the request once done.
     pub(crate) detached: bool,
 }
@@ -185,7 +192,7 @@ impl Protocol {
         if req.detached {
             self.reqs.remove(&id);
         } else if req.done.is_none() {
-            req.done = Some(result);
+            req.done = Some(result.map_err(Box::new));
         }
     }
 
@@ -206,14 +213,14 @@ impl Protocol {
                 self.arrive(peer, e.envelope, arrived, msg.payload.len());
             }
             Message::Rts(r) => {
-                let arrived = Arrived::Rts {
+                let arrived = Arrived::Rts(Box::new(Announced {
                     peer,
                     protocol: r.protocol,
                     length: r.length,
                     sender_request: r.sender_request,
                     address: r.address,
                     key: r.key.to_vec(),
-                };
+                }));
                 self.arrive(peer, r.envelope, arrived, 0);
             }
             Message::Cts(c) => self.actions.push_back(Action::Pipeline {
@@ -294,7 +301,7 @@ impl Protocol {
                 let data = unsafe { bytes_at(ptr, len) };
                 return self.deliver_eager(id, env, peer, data);
             }
-            Arrived::Rts { .. } => {}
+            Arrived::Rts(_) => {}
         }
         let Some(req) = self.reqs.get_mut(&id) else {
             return;
@@ -312,14 +319,15 @@ impl Protocol {
         *post = None;
         match message.msg {
             Arrived::Eager { .. } | Arrived::Inline { .. } => {}
-            Arrived::Rts {
-                peer,
-                protocol,
-                length,
-                sender_request,
-                address,
-                key,
-            } => {
+            Arrived::Rts(announced) => {
+                let Announced {
+                    peer,
+                    protocol,
+                    length,
+                    sender_request,
+                    address,
+                    key,
+                } = *announced;
                 let take = usize::try_from(length)
                     .unwrap_or(usize::MAX)
                     .min(target.cap);

@@ -54,15 +54,17 @@ impl ReqTable {
         slot.req.as_mut()
     }
 
-    pub(crate) fn remove(&mut self, id: &ReqId) -> Option<Req> {
+    /// Drops request `id` where it lies (a request is large: moving it
+    /// out costs more than the few fields a caller wants from it).
+    pub(crate) fn remove(&mut self, id: &ReqId) {
         let (index, generation) = split(*id);
-        let slot = self.slots.get_mut(index)?;
-        if slot.generation != generation {
-            return None;
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        if slot.generation == generation && slot.req.is_some() {
+            slot.req = None;
+            self.free.push(index as u32);
         }
-        let req = slot.req.take()?;
-        self.free.push(index as u32);
-        Some(req)
     }
 
     /// Every request with its id.

@@ -318,6 +318,10 @@ pub(crate) fn fifo_push(
             }
             WriterView::Full => return Ok(false),
             WriterView::Stale => continue,
+            // A writer descheduled between reading the tail and the slot
+            // sees the slot laps ahead of its stale tail: only a slot out
+            // of range of a tail that did not move meanwhile is corrupt.
+            WriterView::Corrupt if tail.load(Ordering::Relaxed) != t => continue,
             WriterView::Corrupt => return Err(QueueError::CorruptSlot),
         }
     }
