@@ -11,7 +11,7 @@
 //!   and-ed over the parent, the lowest common id taken, as MPICH does).
 //!   Ranks translate through `fireopal-core`'s groups, so a communicator
 //!   over a strided or sparse subset costs what its group costs.
-//!   [`P2p::free`] gives the id back.
+//!   [`P2p::free`], collective too, gives the id back.
 //! - **Tagged messages**: [`P2p::send`]/[`P2p::recv`] (blocking, borrowed
 //!   buffers), [`P2p::isend`]/[`P2p::irecv`] (requests that own their
 //!   buffer until [`P2p::wait`] or [`P2p::test`] hands it back),
