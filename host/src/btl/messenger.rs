@@ -218,7 +218,7 @@ pub struct Messenger {
     /// cookie -> (key into `outstanding`, module the operation is on)
     cookies: HashMap<u64, (SendId, usize), IdHash>,
     outstanding: HashMap<SendId, Outstanding, IdHash>,
-    completions: Vec<(SendId, Result<(), SendError>)>,
+    completions: Completions,
     failures: Vec<(Rank, PeerFailure)>,
     reassembly: HashMap<(usize, Rank), Reassembly>,
     polls: u64,
@@ -386,7 +386,7 @@ impl Messenger {
             next_send: 1,
             cookies: HashMap::default(),
             outstanding: HashMap::default(),
-            completions: Vec::new(),
+            completions: Completions::default(),
             failures: Vec::new(),
             reassembly: HashMap::new(),
             polls: 0,
@@ -806,14 +806,7 @@ impl Messenger {
     /// reported once, and of handlers' replies that failed or completed
     /// later.
     pub fn take_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
-        if self.completions.iter().all(|(id, _)| !id.is_internal()) {
-            return std::mem::take(&mut self.completions);
-        }
-        let (user, internal) = std::mem::take(&mut self.completions)
-            .into_iter()
-            .partition(|(id, _)| !id.is_internal());
-        self.completions = internal;
-        user
+        std::mem::take(&mut self.completions.user)
     }
 
     /// Number of sends not yet complete.
@@ -841,7 +834,7 @@ struct Sink<'a> {
     reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
     cookies: &'a mut HashMap<u64, (SendId, usize), IdHash>,
     outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
-    completions: &'a mut Vec<(SendId, Result<(), SendError>)>,
+    completions: &'a mut Completions,
     failures: &'a mut Vec<(Rank, PeerFailure)>,
     routes: &'a mut Vec<Route>,
     panic: Option<Box<dyn std::any::Any + Send>>,
@@ -851,7 +844,7 @@ struct Sink<'a> {
 /// completes, with its first error, when its last part does.
 fn complete_part(
     outstanding: &mut HashMap<SendId, Outstanding, IdHash>,
-    completions: &mut Vec<(SendId, Result<(), SendError>)>,
+    completions: &mut Completions,
     id: SendId,
     status: Result<(), SendError>,
 ) {
@@ -864,7 +857,7 @@ fn complete_part(
     o.parts_left = o.parts_left.saturating_sub(1);
     if o.parts_left == 0 {
         if let Some(o) = outstanding.remove(&id) {
-            completions.push((o.id, o.error.map_or(Ok(()), Err)));
+            completions.push(o.id, o.error.map_or(Ok(()), Err));
         }
     }
 }
@@ -970,6 +963,7 @@ mod transfer;
 mod wait;
 
 pub(crate) use layered::Class;
+use layered::Completions;
 pub use replies::Replies;
 pub use wait::{StallWatch, WaitError};
 

@@ -170,7 +170,7 @@ impl P2p {
         // Each step is skipped, not run empty, when it has nothing: a
         // blocking wait polls this in a loop, and how fast the loop turns
         // is how soon an arrival is seen.
-        if self.messenger.has_completions() {
+        if self.messenger.has_layer_completions() {
             for (id, status) in self.messenger.take_layer_completions() {
                 work += 1;
                 if let Some(LayerOp::Get(req)) = self.layer_ops.remove(&id) {

@@ -153,7 +153,7 @@ mod tests {
     use abi_stable::std_types::RSlice;
     use fireopal_abi::btl::BtlEventSink;
 
-    use super::super::{Replies, Route, SendError, Sink, TAG_FRAG_NEXT};
+    use super::super::{Completions, Replies, Route, SendError, Sink, TAG_FRAG_NEXT};
     use super::*;
 
     #[test]
@@ -218,7 +218,7 @@ mod tests {
         let mut reassembly = HashMap::new();
         let mut cookies = HashMap::default();
         let mut outstanding = HashMap::default();
-        let mut completions = Vec::new();
+        let mut completions = Completions::default();
         let mut failures = Vec::new();
         let mut routes: Vec<Route> = (0..3).map(|_| Route::default()).collect();
         let mut replies = Replies::default();

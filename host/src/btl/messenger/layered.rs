@@ -19,6 +19,24 @@ pub(crate) enum Class {
     Layer,
 }
 
+/// Completed operations, the user's and the layers' apart: an id's layer
+/// bit says whose it is.
+#[derive(Debug, Default)]
+pub(super) struct Completions {
+    pub(super) user: Vec<(SendId, Result<(), SendError>)>,
+    pub(super) layer: Vec<(SendId, Result<(), SendError>)>,
+}
+
+impl Completions {
+    pub(super) fn push(&mut self, id: SendId, status: Result<(), SendError>) {
+        if id.is_internal() {
+            self.layer.push((id, status));
+        } else {
+            self.user.push((id, status));
+        }
+    }
+}
+
 /// The bit that marks a layer's [`SendId`]s.
 const LAYER_BIT: u64 = 1 << 63;
 
@@ -87,24 +105,12 @@ impl Messenger {
 
     /// Completions of a layer's operations, each reported once.
     pub(crate) fn take_layer_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
-        // The user's completions wait here between a layer's polls: look
-        // before splitting, which allocates.
-        if !self.completions.iter().any(|(id, _)| id.is_internal()) {
-            return Vec::new();
-        }
-        if self.completions.iter().all(|(id, _)| id.is_internal()) {
-            return std::mem::take(&mut self.completions);
-        }
-        let (layer, user) = std::mem::take(&mut self.completions)
-            .into_iter()
-            .partition(|(id, _)| id.is_internal());
-        self.completions = user;
-        layer
+        std::mem::take(&mut self.completions.layer)
     }
 
-    /// Whether any completion, the user's or a layer's, waits to be taken.
-    pub(crate) fn has_completions(&self) -> bool {
-        !self.completions.is_empty()
+    /// Whether a layer's completion waits to be taken.
+    pub(crate) fn has_layer_completions(&self) -> bool {
+        !self.completions.layer.is_empty()
     }
 
     /// Grows by one for every peer recorded as failed.

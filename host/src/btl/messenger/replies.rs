@@ -64,7 +64,7 @@ impl Messenger {
                 Ok(SendTicket::Done | SendTicket::Pending(_)) => {}
                 Err(e) => {
                     let id = self.next_id(super::Class::User);
-                    self.completions.push((id, Err(e)));
+                    self.completions.push(id, Err(e));
                 }
             }
         }
