@@ -15,7 +15,7 @@ use fireopal_core::group::Group;
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::p2p::{ContextId, Posted, RecvSpec, Source, Tag};
 use fireopal_core::wire::p2p::{
-    Cts, Data, Eager, Envelope as WireEnvelope, FinStatus, RndvProtocol, Rts,
+    Cts, Data, Eager, Envelope as WireEnvelope, FinStatus, RndvProtocol, Rts, MAX_KEY_LEN,
 };
 
 use super::comm::{CommInner, ContextIds};
@@ -24,7 +24,7 @@ use super::protocol::{
     ReqId, ReqState,
 };
 use super::{Communicator, P2pError, Status};
-use crate::btl::{Messenger, SendId, SendTicket, StallWatch};
+use crate::btl::{Messenger, SendError, SendId, SendTicket, StallWatch};
 use crate::param::ParamStore;
 
 /// The reserved active-message tag of the point-to-point protocol.
@@ -236,8 +236,8 @@ impl P2p {
     ///
     /// `ptr..ptr + len` must stay readable and unchanged until the
     /// returned request completes (or until this returns, for
-    /// [`Started::Done`]); `owned`, if any, is what keeps it alive.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Started::Done`]); the caller stores what keeps the bytes alive in
+    /// the request.
     pub(super) unsafe fn start_send(
         &mut self,
         comm: &Communicator,
@@ -246,7 +246,6 @@ impl P2p {
         tag: i32,
         ptr: *const u8,
         len: usize,
-        owned: Option<Box<dyn Any>>,
     ) -> Result<Started, P2pError> {
         if tag < 0 {
             return Err(P2pError::InvalidTag(tag));
@@ -264,12 +263,11 @@ impl P2p {
             tag,
             seq,
         };
-        // SAFETY: the caller keeps `len` bytes at `ptr` alive and
-        // unchanged for the whole send.
         let data: &[u8] = if len == 0 {
             &[]
         } else {
-            // SAFETY: as above.
+            // SAFETY: the caller keeps `len` bytes at `ptr` alive and
+            // unchanged for the whole send.
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
         let eager_limit = self.eager.get(peer as usize).copied().unwrap_or(0);
@@ -303,17 +301,17 @@ impl P2p {
                 .register_memory(peer, region, Access::REMOTE_READ | Access::LOCAL_READ)
                 .ok();
         }
-        let id = self.proto.borrow_mut().new_req(ReqState::Send(Outgoing {
-            peer,
-            registration: None,
-            ptr,
-            len,
-            owned,
-        }));
         let (protocol, address, key) = match &registration {
             Some(h) => (RndvProtocol::Get, ptr as u64, h.remote_key.clone()),
             None => (RndvProtocol::Pipeline, 0, Vec::new()),
         };
+        let id = self.proto.borrow_mut().new_req(ReqState::Send(Outgoing {
+            peer,
+            registration,
+            ptr,
+            len,
+            owned: None,
+        }));
         let rts = Rts {
             envelope,
             protocol,
@@ -328,26 +326,26 @@ impl P2p {
                 .messenger
                 .send_layer(peer, TAG_P2P, &header, &[])
                 .map_err(P2pError::from),
-            None => Err(P2pError::Collective("remote key too long")),
+            None => Err(P2pError::Send(SendError::HeaderTooLong {
+                len: Rts::BASE_LEN + key.len(),
+                max: Rts::BASE_LEN + MAX_KEY_LEN,
+            })),
         };
-        let mut proto = self.proto.borrow_mut();
-        match sent {
-            Ok(_) => {
-                if let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) {
-                    out.registration = registration;
-                }
-                Ok(Started::Waiting(id))
+        if let Err(e) = sent {
+            let mut proto = self.proto.borrow_mut();
+            let registration = match proto.reqs.get_mut(&id).map(|r| &mut r.state) {
+                Some(ReqState::Send(out)) => out.registration.take(),
+                _ => None,
+            };
+            proto.reqs.remove(&id);
+            drop(proto);
+            if let Some(h) = registration {
+                let _ = self.messenger.deregister_memory(h);
             }
-            Err(e) => {
-                proto.reqs.remove(&id);
-                drop(proto);
-                if let Some(h) = registration {
-                    let _ = self.messenger.deregister_memory(h);
-                }
-                self.unsend(context, peer, seq);
-                Err(e)
-            }
+            self.unsend(context, peer, seq);
+            return Err(e);
         }
+        Ok(Started::Waiting(id))
     }
 
     /// Checks a receive's arguments: `Ok` carries the failure of a named
@@ -649,16 +647,12 @@ impl P2p {
     /// The receiver is done with a send's data.
     fn finish_send(&mut self, peer: Rank, id: ReqId, status: FinStatus) {
         let mut proto = self.proto.borrow_mut();
-        let registration = match proto.reqs.get_mut(&id).map(|r| &mut r.state) {
-            Some(ReqState::Send(out)) if out.peer == peer => out.registration.take(),
+        let (registration, len) = match proto.reqs.get_mut(&id).map(|r| &mut r.state) {
+            Some(ReqState::Send(out)) if out.peer == peer => (out.registration.take(), out.len),
             _ => {
                 drop(proto);
                 return self.violation(peer, id);
             }
-        };
-        let len = match proto.reqs.get(&id).map(|r| &r.state) {
-            Some(ReqState::Send(out)) => out.len,
-            _ => 0,
         };
         let result = match status {
             FinStatus::Done => Ok(Status {

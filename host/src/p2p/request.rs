@@ -11,14 +11,13 @@
 
 #![allow(unsafe_code)]
 
-use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 use std::rc::Rc;
 
 use super::endpoint::Started;
-use super::protocol::{Protocol, RecvTarget, ReqId};
+use super::protocol::{Protocol, RecvTarget, ReqId, ReqState};
 use super::{Communicator, P2p, P2pError, Source, Status, Tag};
 
 /// A send or receive in progress; [`P2p::wait`] or [`P2p::test`] finish
@@ -125,39 +124,12 @@ impl P2p {
         tag: i32,
         buf: B,
     ) -> Request<B> {
-        let boxed: Box<B> = Box::new(buf);
-        let (ptr, len) = {
-            let s = (*boxed).as_ref();
-            (s.as_ptr(), s.len())
-        };
-        let context = p2p_context(comm);
-        // SAFETY: `boxed` owns the bytes; it moves into the request (or
-        // comes back at once), and its heap address does not change.
-        let started = unsafe { self.start_send(comm, context, dest, tag, ptr, len, None) };
-        match started {
-            Ok(Started::Done) => {
-                let status = Status {
-                    count: len,
-                    ..Status::default()
-                };
-                self.request(None, Some((Ok(status), *boxed)))
-            }
-            Err(e) => self.request(None, Some((Err(e), *boxed))),
-            Ok(Started::Waiting(id)) => {
-                // The request owns the buffer from here on.
-                let owned: Box<dyn Any> = boxed;
-                if let Some(super::protocol::ReqState::Send(out)) = self
-                    .proto
-                    .borrow_mut()
-                    .reqs
-                    .get_mut(&id)
-                    .map(|r| &mut r.state)
-                {
-                    out.owned = Some(owned);
-                }
-                self.request(Some(id), None)
-            }
-        }
+        let boxed = Box::new(buf);
+        let bytes = (*boxed).as_ref();
+        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        // SAFETY: `boxed` owns the bytes at a heap address that does not
+        // change; it comes back at once or moves into the request.
+        unsafe { self.send_request(comm, dest, tag, ptr, len, boxed) }
     }
 
     /// Posts a receive into `buf` from `source` (a rank of `comm` or
@@ -169,24 +141,11 @@ impl P2p {
         tag: Tag,
         buf: B,
     ) -> Request<B> {
-        let failed_peer = match self.check_recv(comm, source, tag) {
-            Ok(f) => f,
-            Err(e) => return self.request(None, Some((Err(e), buf))),
-        };
-        let mut boxed: Box<B> = Box::new(buf);
-        let (ptr, cap) = {
-            let s = (*boxed).as_mut();
-            (s.as_mut_ptr(), s.len())
-        };
-        let owned: Box<dyn Any> = boxed;
-        let target = RecvTarget {
-            ptr,
-            cap,
-            owned: Some(owned),
-        };
-        let context = p2p_context(comm);
-        let id = self.start_recv(comm, context, source, tag, target, failed_peer);
-        self.request(Some(id), None)
+        let mut boxed = Box::new(buf);
+        let bytes = (*boxed).as_mut();
+        let (ptr, cap) = (bytes.as_mut_ptr(), bytes.len());
+        // SAFETY: as in `isend`; the request owns `boxed` until it is over.
+        unsafe { self.recv_request(comm, source, tag, ptr, cap, boxed) }
     }
 
     /// Starts sending `len` bytes at `ptr`, as [`isend`](Self::isend) but
@@ -206,20 +165,8 @@ impl P2p {
         ptr: *const u8,
         len: usize,
     ) -> Request<()> {
-        let context = p2p_context(comm);
-        let marker: Box<dyn Any> = Box::new(());
         // SAFETY: the caller keeps the bytes as the contract above says.
-        match unsafe { self.start_send(comm, context, dest, tag, ptr, len, Some(marker)) } {
-            Ok(Started::Done) => {
-                let status = Status {
-                    count: len,
-                    ..Status::default()
-                };
-                self.request(None, Some((Ok(status), ())))
-            }
-            Ok(Started::Waiting(id)) => self.request(Some(id), None),
-            Err(e) => self.request(None, Some((Err(e), ()))),
-        }
+        unsafe { self.send_request(comm, dest, tag, ptr, len, Box::new(())) }
     }
 
     /// Posts a receive into `len` bytes at `ptr`, as [`irecv`](Self::irecv)
@@ -237,14 +184,78 @@ impl P2p {
         ptr: *mut u8,
         len: usize,
     ) -> Request<()> {
+        // SAFETY: the caller keeps the bytes as the contract above says.
+        unsafe { self.recv_request(comm, source, tag, ptr, len, Box::new(())) }
+    }
+
+    /// A send request for the `len` bytes at `ptr`, which `keep` keeps
+    /// alive: handed back at once when the send is over at once (an eager
+    /// message, an error), else owned by the request until it is over.
+    ///
+    /// # Safety
+    ///
+    /// The bytes must stay readable and unchanged while `keep` lives, or
+    /// as the caller of a raw call promises.
+    unsafe fn send_request<B: 'static>(
+        &mut self,
+        comm: &Communicator,
+        dest: u32,
+        tag: i32,
+        ptr: *const u8,
+        len: usize,
+        keep: Box<B>,
+    ) -> Request<B> {
+        let context = p2p_context(comm);
+        // SAFETY: as this function's caller promises.
+        match unsafe { self.start_send(comm, context, dest, tag, ptr, len) } {
+            Ok(Started::Done) => {
+                let status = Status {
+                    count: len,
+                    ..Status::default()
+                };
+                self.request(None, Some((Ok(status), *keep)))
+            }
+            Err(e) => self.request(None, Some((Err(e), *keep))),
+            Ok(Started::Waiting(id)) => {
+                if let Some(ReqState::Send(out)) = self
+                    .proto
+                    .borrow_mut()
+                    .reqs
+                    .get_mut(&id)
+                    .map(|r| &mut r.state)
+                {
+                    out.owned = Some(keep);
+                }
+                self.request(Some(id), None)
+            }
+        }
+    }
+
+    /// A receive request into the `cap` bytes at `ptr`, which `keep`
+    /// keeps alive; owned by the request until it is over, or handed back
+    /// at once with the error of a receive that cannot be posted.
+    ///
+    /// # Safety
+    ///
+    /// The bytes must stay writable, and untouched by anything else,
+    /// while `keep` lives, or as the caller of a raw call promises.
+    unsafe fn recv_request<B: 'static>(
+        &mut self,
+        comm: &Communicator,
+        source: Source,
+        tag: Tag,
+        ptr: *mut u8,
+        cap: usize,
+        keep: Box<B>,
+    ) -> Request<B> {
         let failed_peer = match self.check_recv(comm, source, tag) {
             Ok(f) => f,
-            Err(e) => return self.request(None, Some((Err(e), ()))),
+            Err(e) => return self.request(None, Some((Err(e), *keep))),
         };
         let target = RecvTarget {
             ptr,
-            cap: len,
-            owned: Some(Box::new(())),
+            cap,
+            owned: Some(keep),
         };
         let id = self.start_recv(comm, p2p_context(comm), source, tag, target, failed_peer);
         self.request(Some(id), None)
@@ -364,7 +375,7 @@ impl P2p {
         // SAFETY: `data` is borrowed until this returns, and this returns
         // only once the request is over or abandoned (no longer read).
         let started =
-            unsafe { self.start_send(comm, context, dest, tag, data.as_ptr(), data.len(), None)? };
+            unsafe { self.start_send(comm, context, dest, tag, data.as_ptr(), data.len())? };
         let Started::Waiting(id) = started else {
             return Ok(());
         };
