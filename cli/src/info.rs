@@ -179,6 +179,7 @@ fn to_json(r: &Registry) -> Json {
         ),
         ("skipped", skipped_json(r)),
         ("components", Json::Arr(components)),
+        ("memory_monitor", monitor_json(r)),
         ("parameters", Json::Arr(params)),
         (
             "errors",
@@ -190,6 +191,32 @@ fn to_json(r: &Registry) -> Json {
             ),
         ),
     ])
+}
+
+/// The memory monitor in use and why the others are not.
+fn monitor_json(r: &Registry) -> Json {
+    match fireopal::memory::monitor_report(r.params()) {
+        Ok(report) => Json::Obj(vec![
+            ("active", Json::str(report.active.to_string())),
+            (
+                "declined",
+                Json::Arr(
+                    report
+                        .declined
+                        .iter()
+                        .map(|(kind, why)| {
+                            Json::Obj(vec![
+                                ("name", Json::str(kind.to_string())),
+                                ("reason", Json::str(why.clone())),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ),
+            ("summary", Json::str(report.to_string())),
+        ]),
+        Err(e) => Json::Obj(vec![("error", Json::str(e.to_string()))]),
+    }
 }
 
 fn to_text(r: &Registry) -> String {
@@ -238,6 +265,15 @@ fn to_text(r: &Registry) -> String {
             "",
             c.origin()
         );
+    }
+    let _ = writeln!(out, "\nregistration cache:");
+    match fireopal::memory::monitor_report(r.params()) {
+        Ok(report) => {
+            let _ = writeln!(out, "  {report}");
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  error: {e}");
+        }
     }
     let _ = writeln!(out, "\nparameters:");
     for p in r.params().iter() {

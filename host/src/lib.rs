@@ -79,6 +79,7 @@
 pub mod bootstrap;
 pub mod btl;
 pub mod memheap;
+pub mod memory;
 pub mod p2p;
 pub mod param;
 pub mod plugin;

@@ -124,7 +124,7 @@ pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Resul
         .register_memory(peer, local_region, Access::LOCAL_READ | Access::LOCAL_WRITE)
         .map_err(|e| format!("registering the local buffer: {e}"))?;
     let mut published = (window_region.as_ptr() as u64).to_le_bytes().to_vec();
-    published.extend_from_slice(&window_handle.remote_key);
+    published.extend_from_slice(window_handle.remote_key());
     boot.put("bench_rma_window", &published)
         .map_err(|e| e.to_string())?;
     boot.fence().map_err(|e| e.to_string())?;

@@ -388,18 +388,32 @@ fn case_rdma(c: &mut Ctx) -> Result<Outcome, String> {
             Access::LOCAL_READ | Access::LOCAL_WRITE,
         )
         .map_err(|e| format!("register: {e}"))?;
+    // The messenger registers whole pages: the registration ends where
+    // the registered pages do, which may be past the window.
+    let registered_end = win
+        .registered_region()
+        .map_or(window.as_ptr() as u64 + LEN as u64, |(base, len)| {
+            (base + len) as u64
+        });
     let mut published = (window.as_ptr() as u64).to_le_bytes().to_vec();
-    published.extend_from_slice(&win.remote_key);
+    published.extend_from_slice(&registered_end.to_le_bytes());
+    published.extend_from_slice(win.remote_key());
     c.boot.put("rdma", &published).map_err(|e| e.to_string())?;
     c.boot.fence().map_err(|e| e.to_string())?;
     let theirs = c.boot.get(c.next, "rdma").map_err(|e| e.to_string())?;
-    let (addr, key) = theirs.split_at(8.min(theirs.len()));
+    if theirs.len() < 16 {
+        return Err("short rdma record".into());
+    }
+    let (addr, rest) = theirs.split_at(8);
+    let (end, key) = rest.split_at(8);
     let addr = u64::from_le_bytes(addr.try_into().map_err(|_| "short rdma record")?);
+    let end = u64::from_le_bytes(end.try_into().map_err(|_| "short rdma record")?);
     let put =
         c.m.put(c.next, local_region, Some(&mine), addr, key)
             .map_err(|e| format!("put: {e}"))?;
     // Out of range: must be refused, now or through its completion.
-    let oob_refused = match c.m.put(c.next, local_region, Some(&mine), addr + 1, key) {
+    let past_end = end - LEN as u64 + 1;
+    let oob_refused = match c.m.put(c.next, local_region, Some(&mine), past_end, key) {
         Err(_) => true,
         Ok(SendTicket::Done) => false,
         Ok(ticket) => {

@@ -42,6 +42,7 @@ impl<B: RegistrationBackend> Shared<B> {
         last: usize,
         access: Access,
         transport: TransportId,
+        register: &mut dyn FnMut(&B, Region, Access) -> Result<B::Handle, B::Error>,
     ) -> Result<Registration<B>, GetError<B::Error>> {
         let mask = self.page_size - 1;
         let (pfirst, plast) = (first & !mask, last | mask);
@@ -72,7 +73,7 @@ impl<B: RegistrationBackend> Shared<B> {
                 )
             };
             let widened = region.first != pfirst || region.last != plast;
-            let handle = match backend.register(region, access) {
+            let handle = match register(&backend, region, access) {
                 Ok(h) => h,
                 Err(_) if widened => {
                     merge = false;

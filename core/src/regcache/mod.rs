@@ -402,7 +402,44 @@ impl<B: RegistrationBackend> RegCache<B> {
         if let Some(reg) = self.shared.lookup(addr, last, access, transport)? {
             return Ok(reg);
         }
-        self.shared.miss(addr, last, access, transport)
+        self.shared
+            .miss(addr, last, access, transport, &mut |backend, region, access| {
+                backend.register(region, access)
+            })
+    }
+
+    /// [`get`](Self::get), registering a miss through `register` instead of
+    /// the transport's [`RegistrationBackend::register`].
+    ///
+    /// For an owner that holds what registers memory itself (a transport
+    /// object it may only use through `&mut`): the closure can borrow it
+    /// for the call, which a backend stored in the cache cannot. It is
+    /// called under the miss lock, like `register`, possibly more than once
+    /// (a widened range refused, an invalidation during the registration),
+    /// and never on a hit. Deregistration still goes through the backend.
+    #[inline]
+    pub fn get_with<F>(
+        &self,
+        addr: usize,
+        len: usize,
+        access: Access,
+        transport: TransportId,
+        mut register: F,
+    ) -> Result<Registration<B>, GetError<B::Error>>
+    where
+        F: FnMut(Region, Access) -> Result<B::Handle, B::Error>,
+    {
+        if len == 0 {
+            return Err(GetError::ZeroLength);
+        }
+        let last = addr.checked_add(len - 1).ok_or(GetError::AddressOverflow)?;
+        if let Some(reg) = self.shared.lookup(addr, last, access, transport)? {
+            return Ok(reg);
+        }
+        self.shared
+            .miss(addr, last, access, transport, &mut |_, region, access| {
+                register(region, access)
+            })
     }
 
     /// Gives back the reference `reg` holds (the same as dropping it).

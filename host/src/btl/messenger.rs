@@ -17,6 +17,7 @@ use fireopal_abi::btl::{
 use fireopal_abi::host::Host;
 use fireopal_abi::PluginError;
 use fireopal_core::id_hash::IdHash;
+use fireopal_core::regcache::GetError;
 use fireopal_core::wire::am::{
     decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
 };
@@ -90,6 +91,9 @@ pub enum SendError {
     },
     /// The module refused.
     Module(PluginError),
+    /// The registration cache could not register the memory (the
+    /// module's refusal is its source).
+    Registration(GetError<PluginError>),
     /// The module was closed after its `progress` failed.
     Closed {
         /// Component name.
@@ -110,6 +114,7 @@ impl fmt::Display for SendError {
                 write!(f, "header of {len} bytes exceeds the limit of {max}")
             }
             Self::Module(e) => write!(f, "transport error: {e}"),
+            Self::Registration(e) => write!(f, "memory registration failed: {e}"),
             Self::Closed { component, error } => {
                 write!(f, "btl {component} was closed after an error: {error}")
             }
@@ -122,6 +127,7 @@ impl std::error::Error for SendError {
         match self {
             Self::Module(e) | Self::Closed { error: e, .. } => Some(e),
             Self::PeerFailed { failure, .. } => Some(failure),
+            Self::Registration(e) => Some(e),
             _ => None,
         }
     }
@@ -224,6 +230,8 @@ pub struct Messenger {
     polls: u64,
     /// Transfer buffers handed out and not freed: (module, id).
     live_buffers: Vec<(usize, u64)>,
+    /// The registration cache and the memory monitor.
+    registrations: registrations::Registrations,
     /// The host's log, for modules that fail.
     log: Host,
 }
@@ -259,6 +267,8 @@ impl Messenger {
         let log = registry.host_log("btl");
         let opened = failover::open_modules(registry)?;
         let (slots, addresses) = (opened.slots, opened.addresses);
+        let registrations = registrations::Registrations::new(slots.len(), registry.params())
+            .map_err(InitError::Memory)?;
         let entries: Vec<DirectoryEntry<'_>> = slots
             .iter()
             .zip(&addresses)
@@ -391,6 +401,7 @@ impl Messenger {
             reassembly: HashMap::new(),
             polls: 0,
             live_buffers: Vec::new(),
+            registrations,
             log,
         };
         if registry.params().str_value("log_level") == Some("debug") {
@@ -753,6 +764,7 @@ impl Messenger {
     /// [`take_failures`]: Self::take_failures
     pub fn progress(&mut self) -> Result<usize, ProgressError> {
         self.polls = self.polls.wrapping_add(1);
+        self.watch_memory();
         let mut events = 0;
         let mut failed = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
@@ -957,6 +969,7 @@ mod failure;
 mod init_error;
 mod layered;
 mod rdma;
+mod registrations;
 mod replies;
 mod segments;
 mod transfer;
@@ -969,6 +982,6 @@ pub use wait::{StallWatch, WaitError};
 
 pub use failure::{FailureKind, PeerFailure};
 pub use init_error::{ExchangeError, ExchangeFailure, InitError};
-pub use rdma::MemoryHandle;
+pub use registrations::MemoryHandle;
 pub use segments::SegmentHandle;
 pub use transfer::TransferBufferHandle;

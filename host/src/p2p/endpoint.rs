@@ -302,7 +302,7 @@ impl P2p {
                 .ok();
         }
         let (protocol, address, key) = match &registration {
-            Some(h) => (RndvProtocol::Get, ptr as u64, h.remote_key.clone()),
+            Some(h) => (RndvProtocol::Get, ptr as u64, h.remote_key().to_vec()),
             None => (RndvProtocol::Pipeline, 0, Vec::new()),
         };
         let id = self.proto.borrow_mut().new_req(ReqState::Send(Outgoing {

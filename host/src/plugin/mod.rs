@@ -392,6 +392,7 @@ impl Registry {
         for spec in framework_params
             .into_iter()
             .chain(crate::p2p::param_specs())
+            .chain(crate::memory::param_specs())
         {
             if let Err(e) = params.register("fireopal", "", spec) {
                 errors.push(DiscoveryError::Param(e));

@@ -30,6 +30,9 @@ pub enum InitError {
         /// Why.
         error: ParseError,
     },
+    /// The memory monitor asked for cannot run, or a registration cache
+    /// parameter has a bad value.
+    Memory(crate::memory::MonitorError),
 }
 
 /// The error an [`Exchange`](crate::bootstrap::Exchange) implementation
@@ -84,6 +87,7 @@ impl fmt::Display for InitError {
                     "rank {peer} published a malformed address directory: {error}"
                 )
             }
+            Self::Memory(e) => write!(f, "registration cache: {e}"),
         }
     }
 }
@@ -96,6 +100,7 @@ impl std::error::Error for InitError {
             Self::Directory(e) => Some(e),
             Self::Bootstrap(e) => Some(e),
             Self::BadDirectory { error, .. } => Some(error),
+            Self::Memory(e) => Some(e),
         }
     }
 }

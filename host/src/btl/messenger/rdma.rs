@@ -1,18 +1,9 @@
 //! Memory registrations and one-sided operations through the messenger.
 
 use abi_stable::std_types::RSlice;
-use fireopal_abi::btl::{Access, MemRegion, Rank, RdmaOp};
+use fireopal_abi::btl::{MemRegion, Rank, RdmaOp};
 
-use super::{Class, Messenger, SendError, SendTicket};
-
-/// A memory registration made through [`Messenger::register_memory`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryHandle {
-    module: usize,
-    id: u64,
-    /// Packed key a peer passes to [`Messenger::put`] / [`Messenger::get`].
-    pub remote_key: Vec<u8>,
-}
+use super::{Class, MemoryHandle, Messenger, SendError, SendTicket};
 
 impl Messenger {
     /// Sends only if the module can do it immediately and completely
@@ -27,28 +18,6 @@ impl Messenger {
     ) -> Result<bool, SendError> {
         let i = self.user_route(peer, tag)?;
         self.sendi_on(i, peer, tag, header, payload)
-    }
-
-    /// Registers memory with the module that serves `peer`, for RDMA by
-    /// that peer (or to that peer). `Unsupported` is a normal answer.
-    pub fn register_memory(
-        &mut self,
-        peer: Rank,
-        region: MemRegion,
-        access: Access,
-    ) -> Result<MemoryHandle, SendError> {
-        let i = self.module_for(peer)?;
-        let reg = self.call_module(i, |module| module.register_mem(region, access))?;
-        Ok(MemoryHandle {
-            module: i,
-            id: reg.id,
-            remote_key: reg.remote_key.into_vec(),
-        })
-    }
-
-    /// Releases a registration; operations using it must be complete.
-    pub fn deregister_memory(&mut self, handle: MemoryHandle) -> Result<(), SendError> {
-        self.call_module(handle.module, |module| module.deregister_mem(handle.id))
     }
 
     /// Writes `local` into `peer`'s memory at `remote_addr`, inside the
@@ -108,7 +77,7 @@ impl Messenger {
             let op = RdmaOp {
                 peer,
                 local,
-                local_registration: local_handle.map_or(u64::MAX, |h| h.id),
+                local_registration: local_handle.map_or(u64::MAX, MemoryHandle::module_id),
                 remote_addr,
                 remote_key: RSlice::from_slice(remote_key),
                 cookie,
