@@ -50,7 +50,7 @@ case checks, then its summary: N passed, M failed, K not applicable.
   --param name=value    set a parameter
 
 btl cases, in the order they run: sizes, many, completions, sendi, rdma,
-in-place, symmetric-heap, peer-death
+reregistration, unmapped-get, in-place, symmetric-heap, peer-death
 memheap cases: align, random, symmetric, exhaustion, bad-free
 p2p cases: eager-and-rendezvous, wildcards, ordering, truncation,
 zero-bytes, self, many-requests, communicators, random (seeded by

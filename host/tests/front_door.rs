@@ -2,85 +2,16 @@
 //! under `Messenger::init`, handlers that answer, `wait_until`, and the
 //! point-to-point layer on the `self` transport.
 
+mod common;
+
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::fmt;
 use std::rc::Rc;
 use std::time::Duration;
 
-use fireopal::bootstrap::Exchange;
-use fireopal::btl::{Messenger, WaitError};
+use fireopal::btl::WaitError;
 use fireopal::p2p::{P2p, P2pError, Source, Tag};
-use fireopal::plugin::{Options, Registry};
 
-/// A key-value exchange of one process, as a runtime with its own
-/// launcher would write one.
-#[derive(Default)]
-struct OwnExchange {
-    store: HashMap<String, Vec<u8>>,
-    puts: usize,
-    fences: usize,
-}
-
-#[derive(Debug)]
-struct Missing(String);
-
-impl fmt::Display for Missing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no value under {}", self.0)
-    }
-}
-
-impl std::error::Error for Missing {}
-
-impl Exchange for OwnExchange {
-    type Error = Missing;
-
-    fn rank(&self) -> u32 {
-        0
-    }
-
-    fn size(&self) -> u32 {
-        1
-    }
-
-    fn local_ranks(&self) -> &[u32] {
-        &[0]
-    }
-
-    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), Missing> {
-        self.puts += 1;
-        self.store.insert(key.to_owned(), value.to_vec());
-        Ok(())
-    }
-
-    fn fence(&mut self) -> Result<(), Missing> {
-        self.fences += 1;
-        Ok(())
-    }
-
-    fn get(&mut self, _rank: u32, key: &str) -> Result<Vec<u8>, Missing> {
-        self.store
-            .get(key)
-            .cloned()
-            .ok_or_else(|| Missing(key.to_owned()))
-    }
-}
-
-/// A registry with only the built-in `self` transport.
-fn self_only() -> Registry {
-    Registry::open(&Options {
-        environment: Some(vec![("FIREOPAL_BTL".into(), "self".into())]),
-        ..Options::default()
-    })
-    .expect("the self transport is built in")
-}
-
-fn messenger(registry: &Registry) -> (Messenger, OwnExchange) {
-    let mut exchange = OwnExchange::default();
-    let m = Messenger::init(registry, &mut exchange).expect("init over the own exchange");
-    (m, exchange)
-}
+use common::{messenger, self_only};
 
 #[test]
 fn the_messenger_starts_over_a_runtimes_own_exchange() {

@@ -12,12 +12,14 @@ use fireopal_tests::{
     build_fixture, fixture_source, host_binary, run_with_timeout, test_fixture, RunOutput, TempDir,
 };
 
-const CASES: [&str; 8] = [
+const CASES: [&str; 10] = [
     "sizes",
     "many",
     "completions",
     "sendi",
     "rdma",
+    "reregistration",
+    "unmapped-get",
     "in-place",
     "symmetric-heap",
     "peer-death",
@@ -40,6 +42,37 @@ fn run_subject(flag: &str, name: &str, ranks: u32, envs: &[(&str, &Path)]) -> Ru
         cmd.env(k, v);
     }
     run_with_timeout(&mut cmd, Duration::from_secs(300))
+}
+
+/// The reregistration case catches a cache that keeps registrations of
+/// memory nobody watches: with the monitor off and registrations left
+/// cached anyway, memory mapped again at the same address is served the
+/// old registration, and the case fails on every transport with RDMA.
+#[test]
+fn reregistration_fails_when_unwatched_registrations_stay_cached() {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    for btl in ["shm", "tcp"] {
+        let mut cmd = Command::new(&host);
+        cmd.args(["run", "-n", "2", "--"])
+            .arg(&host)
+            .args(["conformance", "--btl", btl, "--case", "reregistration"])
+            .env("FIREOPAL_MEMORY_MONITOR", "none")
+            .env("FIREOPAL_RCACHE_LEAVE_PINNED", "always");
+        let out = run_with_timeout(&mut cmd, Duration::from_secs(300));
+        let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+        assert!(!out.timed_out, "{btl} timed out\n{report}");
+        assert_ne!(
+            out.code,
+            Some(0),
+            "{btl} passed without a monitor\n{report}"
+        );
+        assert!(
+            out.stdout.contains(
+                "FAIL reregistration: the cache served the registration of the unmapped memory"
+            ),
+            "{btl}: {report}"
+        );
+    }
 }
 
 /// The job ended by itself, with success, and every rank passed every case.

@@ -15,6 +15,8 @@ use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
 use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 
+mod registration;
+
 const STALL: Duration = Duration::from_secs(60);
 const SIZES: [usize; 14] = [
     0,
@@ -688,12 +690,14 @@ fn case_peer_death(c: &mut Ctx) -> Result<Outcome, String> {
 pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (peer death ends the job's ring).
-pub const CASES: [(&str, Case); 8] = [
+pub const CASES: [(&str, Case); 10] = [
     ("sizes", case_sizes),
     ("many", case_many),
     ("completions", case_completions),
     ("sendi", case_sendi),
     ("rdma", case_rdma),
+    ("reregistration", registration::case_reregistration),
+    ("unmapped-get", registration::case_unmapped_get),
     ("in-place", case_in_place),
     ("symmetric-heap", case_symmetric_heap),
     ("peer-death", case_peer_death),

@@ -26,6 +26,15 @@ use super::interval_tree::{IntervalTree, NodeId};
 use super::lru;
 use super::{Access, GetError, Region, Registration, RegistrationBackend, Shared, TransportId};
 
+/// How a miss registers a range: the transport's backend, or the caller's
+/// closure of [`RegCache::get_with`](super::RegCache::get_with).
+pub(super) type Register<'a, B> = dyn FnMut(
+        &B,
+        Region,
+        Access,
+    ) -> Result<<B as RegistrationBackend>::Handle, <B as RegistrationBackend>::Error>
+    + 'a;
+
 /// Times a miss retries when invalidations keep hitting the range being
 /// registered.
 const MAX_MISS_ATTEMPTS: usize = 4;
@@ -42,7 +51,7 @@ impl<B: RegistrationBackend> Shared<B> {
         last: usize,
         access: Access,
         transport: TransportId,
-        register: &mut dyn FnMut(&B, Region, Access) -> Result<B::Handle, B::Error>,
+        register: &mut Register<'_, B>,
     ) -> Result<Registration<B>, GetError<B::Error>> {
         let mask = self.page_size - 1;
         let (pfirst, plast) = (first & !mask, last | mask);

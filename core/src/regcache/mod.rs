@@ -402,10 +402,13 @@ impl<B: RegistrationBackend> RegCache<B> {
         if let Some(reg) = self.shared.lookup(addr, last, access, transport)? {
             return Ok(reg);
         }
-        self.shared
-            .miss(addr, last, access, transport, &mut |backend, region, access| {
-                backend.register(region, access)
-            })
+        self.shared.miss(
+            addr,
+            last,
+            access,
+            transport,
+            &mut |backend, region, access| backend.register(region, access),
+        )
     }
 
     /// [`get`](Self::get), registering a miss through `register` instead of

@@ -89,9 +89,9 @@ impl fmt::Display for MonitorReport {
             (MonitorKind::None, LeavePinned::Watched) => f.write_str(
                 "; registrations are released at their last use, since nothing watches memory",
             ),
-            (MonitorKind::Userfaultfd, LeavePinned::Watched) => f.write_str(
-                "; registrations of watched memory stay cached after use",
-            ),
+            (MonitorKind::Userfaultfd, LeavePinned::Watched) => {
+                f.write_str("; registrations of watched memory stay cached after use")
+            }
         }
     }
 }

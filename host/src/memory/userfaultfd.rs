@@ -58,7 +58,8 @@ const UFFDIO_WAKE: libc::c_ulong = 0x8010_AA02;
 const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xC018_AA06;
 
 /// The events the monitor asks for.
-const FEATURES: u64 = UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP;
+const FEATURES: u64 =
+    UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP;
 
 #[repr(C)]
 struct UffdioApi {
@@ -311,13 +312,8 @@ fn monitor_thread(fd: libc::c_int) {
         loop {
             // SAFETY: reads whole messages into the array, which outlives
             // the call; the descriptor is non-blocking.
-            let got = unsafe {
-                libc::read(
-                    fd,
-                    msgs.as_mut_ptr().cast(),
-                    std::mem::size_of_val(&msgs),
-                )
-            };
+            let got =
+                unsafe { libc::read(fd, msgs.as_mut_ptr().cast(), std::mem::size_of_val(&msgs)) };
             if got <= 0 {
                 let err = io::Error::last_os_error();
                 if got < 0 && err.kind() == io::ErrorKind::Interrupted {

@@ -26,8 +26,8 @@ use abi_stable::std_types::RResult;
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion, Rank};
 use fireopal_abi::PluginError;
 use fireopal_core::regcache::{
-    self, CacheStats, RegCache, RegCacheConfig, Region, Registration,
-    RegistrationBackend, TransportId,
+    self, CacheStats, RegCache, RegCacheConfig, Region, Registration, RegistrationBackend,
+    TransportId,
 };
 
 use super::{Messenger, SendError};
@@ -64,7 +64,11 @@ impl RegistrationBackend for ModuleRegistrar {
 
     /// Misses register through [`RegCache::get_with`], with the module
     /// borrowed from the messenger; this path is not used.
-    fn register(&self, _region: Region, _access: regcache::Access) -> Result<Self::Handle, PluginError> {
+    fn register(
+        &self,
+        _region: Region,
+        _access: regcache::Access,
+    ) -> Result<Self::Handle, PluginError> {
         Err(PluginError::unsupported(
             "registration outside the messenger",
         ))
@@ -249,10 +253,7 @@ impl Messenger {
         }
         let regs = &mut self.registrations;
         regs.apply_monitor();
-        let transport = *regs
-            .transports
-            .get(i)
-            .ok_or(SendError::Unreachable(peer))?;
+        let transport = *regs.transports.get(i).ok_or(SendError::Unreachable(peer))?;
         let slot = &mut self.slots[i];
         if let Some(error) = &slot.closed {
             return Err(SendError::Closed {
@@ -263,7 +264,7 @@ impl Messenger {
         let module = &mut slot.module;
         let monitor = regs.userfaultfd.as_ref().map(|(u, _)| *u);
         let got = regs.cache.get_with(
-            region.addr() as usize,
+            region.addr(),
             region.len(),
             cache_access(access),
             transport,
