@@ -47,6 +47,7 @@ const TAG_RDMA_DONE: u8 = 17;
 const TAG_IN_PLACE: u8 = 18;
 const TAG_HEAP: u8 = 19;
 const TAG_BURST_DONE: u8 = 20;
+const TAG_REG_DONE: u8 = 21;
 
 type Inbox = Rc<RefCell<Vec<(u32, Vec<u8>, Vec<u8>)>>>;
 
@@ -65,6 +66,9 @@ pub struct Ctx {
     heap: SymmetricHeap,
     /// This rank is the one that leaves in the peer-death case.
     leave: bool,
+    /// Gets of the registration cases finished so far (each one told to
+    /// the target with [`TAG_REG_DONE`]).
+    registration_gets: usize,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -740,6 +744,7 @@ pub fn run(
         TAG_IN_PLACE,
         TAG_HEAP,
         TAG_BURST_DONE,
+        TAG_REG_DONE,
     ] {
         let inbox = Rc::clone(&inbox);
         m.register(tag, move |msg| {
@@ -775,6 +780,7 @@ pub fn run(
         inbox,
         many_seen,
         rdma_done: std::collections::HashMap::new(),
+        registration_gets: 0,
         heap,
         leave: false,
     };

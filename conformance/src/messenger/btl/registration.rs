@@ -6,7 +6,7 @@
 use fireopal::btl::MemoryHandle;
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
-use super::{pattern, Ctx, Outcome};
+use super::{pattern, Ctx, Outcome, TAG_REG_DONE};
 
 /// Bytes of the mapping each case registers.
 const LEN: usize = 64 << 10;
@@ -94,18 +94,28 @@ fn publish(c: &mut Ctx, name: &str, map: &Mapping) -> Result<(MemoryHandle, u64,
 }
 
 /// Gets [`LEN`] bytes from the next rank: `Ok(Some(bytes))`, or `Ok(None)`
-/// if the get was refused (at the call or through its completion).
+/// if the get was refused (at the call or through its completion). Every
+/// rank gets from the next one at once, and a target serves only while it
+/// progresses, so each progresses until its own get is done and the
+/// previous rank said its get (on this rank's memory) is done too.
 #[allow(unsafe_code)]
 fn get_from_next(c: &mut Ctx, addr: u64, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    c.registration_gets += 1;
+    let round = c.registration_gets;
     let mut back = vec![0u8; LEN];
     // SAFETY: `back` outlives the get, which completes before it returns.
     let region = unsafe { MemRegion::new(back.as_mut_ptr(), LEN) };
-    let ticket = match c.m.get(c.next, region, None, addr, key) {
-        Ok(t) => t,
-        Err(_) => return Ok(None),
-    };
-    c.wait("a get", |c| c.rdma_status(ticket).is_some())?;
-    Ok((c.rdma_status(ticket) == Some(true)).then_some(back))
+    let ticket = c.m.get(c.next, region, None, addr, key).ok();
+    let mut told = false;
+    c.wait("a get, and the previous rank's get", |c| {
+        let done = ticket.is_none_or(|t| c.rdma_status(t).is_some());
+        if done && !told {
+            told = c.send(TAG_REG_DONE, &[], &[]).is_ok();
+        }
+        told && c.inbox_count(TAG_REG_DONE) >= round
+    })?;
+    let fetched = ticket.is_some_and(|t| c.rdma_status(t) == Some(true));
+    Ok(fetched.then_some(back))
 }
 
 /// Memory registered, released, unmapped and mapped again at the same
