@@ -1,7 +1,9 @@
 //! `fireopal bench pingpong`: OSU-style latency and bandwidth between
 //! ranks 0 and 1 (or one process and itself), over the transport the BTL
 //! framework picks, or the one named with `--btl`. `bench put` and
-//! `bench get` measure one-sided operations ([`rma`]).
+//! `bench get` measure one-sided operations ([`rma`]); `bench p2p` tagged
+//! point-to-point messages ([`p2p`]); `bench registration` the
+//! registration cache and its memory monitor ([`registration`]).
 //!
 //! Latency is half the round trip of a blocking ping-pong, averaged over
 //! many iterations after a warm-up. Bandwidth sends windows of 64
@@ -20,6 +22,7 @@
 //! else `registered` where it offers `get` (tcp), else `copy`.
 
 mod p2p;
+mod registration;
 mod rma;
 mod tagged;
 
@@ -50,23 +53,29 @@ const STALL: Duration = Duration::from_secs(30);
 pub(super) const SYNOPSIS: &str = "\
 fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
         [--json] [--quick] [--param name=value]...
-fireopal bench p2p|put|get [--btl NAME] [--json] [--quick] [--param name=value]...";
+fireopal bench p2p|put|get [--btl NAME] [--json] [--quick] [--param name=value]...
+fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick] [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
                [--json] [--quick] [--param name=value]...
        fireopal bench p2p|put|get [--btl NAME] [--json] [--quick] [--param name=value]...
+       fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick]
+               [--param name=value]...
 
 Latency and bandwidth between ranks 0 and 1, OSU-style: of active messages
 (pingpong), of tagged send/recv between user buffers (p2p, with the
 bidirectional bandwidth too), or of one-sided operations on the peer's
-registered memory (put, get). Run it under `fireopal run -n 2`, or alone to reach this
-process itself.
+registered memory (put, get). `registration` times rendezvous from reused
+and from fresh buffers, cache hits and misses, and munmap of watched and
+unwatched memory, in alternated rounds. Run it under `fireopal run -n 2`,
+or alone to reach this process itself.
 
   --btl NAME            the transports to use (sets the btl parameter)
   --from SOURCE         pingpong only: where messages above the eager limit
                         are sent from: auto (default), buffer, heap, user,
                         copy or registered
+  --rounds N            registration only: alternated rounds (default 5)
   --json                print the results as JSON
   --quick               fewer iterations, to check that it runs
   --param name=value    set a parameter
@@ -77,12 +86,14 @@ process itself.
 enum Kind {
     PingPong,
     P2p,
+    Registration,
     Rma(rma::Op),
 }
 
-const KINDS: [(&str, Kind); 4] = [
+const KINDS: [(&str, Kind); 5] = [
     ("pingpong", Kind::PingPong),
     ("p2p", Kind::P2p),
+    ("registration", Kind::Registration),
     ("put", Kind::Rma(rma::Op::Put)),
     ("get", Kind::Rma(rma::Op::Get)),
 ];
@@ -104,6 +115,7 @@ struct Bench {
     json: bool,
     quick: bool,
     from: From,
+    rounds: usize,
 }
 
 fn parse(args: &[String]) -> Result<Bench, Stop> {
@@ -132,6 +144,7 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
         json: false,
         quick: false,
         from: From::Auto,
+        rounds: 5,
     };
     let mut btl = None;
     while let Some(arg) = it.next()? {
@@ -143,6 +156,14 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--quick") => b.quick = true,
             Arg::Opt("--btl") => btl = Some(it.value()?.to_owned()),
             Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
+            Arg::Opt("--rounds") if kind == Kind::Registration => {
+                let v = it.value()?;
+                b.rounds = v
+                    .parse()
+                    .ok()
+                    .filter(|&r| r > 0)
+                    .ok_or_else(|| Stop::Usage(format!("--rounds {v}: expected a count above 0")))?;
+            }
             other => return Err(args::unknown(other)),
         }
     }
@@ -186,6 +207,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     let done = match b.kind {
         Kind::PingPong => run(&b.common, b.json, b.quick, b.from),
         Kind::P2p => p2p::run(&b.common, b.json, b.quick),
+        Kind::Registration => registration::run(&b.common, b.json, b.quick, b.rounds),
         Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick),
     };
     match done {
