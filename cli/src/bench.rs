@@ -158,11 +158,9 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
             Arg::Opt("--rounds") if kind == Kind::Registration => {
                 let v = it.value()?;
-                b.rounds = v
-                    .parse()
-                    .ok()
-                    .filter(|&r| r > 0)
-                    .ok_or_else(|| Stop::Usage(format!("--rounds {v}: expected a count above 0")))?;
+                b.rounds = v.parse().ok().filter(|&r| r > 0).ok_or_else(|| {
+                    Stop::Usage(format!("--rounds {v}: expected a count above 0"))
+                })?;
             }
             other => return Err(args::unknown(other)),
         }

@@ -1,9 +1,10 @@
-//! One test per case the registration cache must handle (issue 3).
+//! One test per case the registration cache must handle.
 
 mod regcache_common;
 
 use fireopal_core::regcache::{
-    Access, ConfigError, GetError, RegCache, RegCacheConfig, Registration, TransportId,
+    Access, ConfigError, GetError, RegCache, RegCacheConfig, Registration, RegistrationBackend,
+    TransportId,
 };
 use regcache_common::{FailMode, Recorder};
 
@@ -619,4 +620,28 @@ fn too_many_references_are_refused_and_nothing_changes() {
     drop(held);
     assert_eq!(cache.find_overlapping(0x40_0000, 1)[0].refs, 0);
     assert!(cache.get(0x40_0000, 64, RR, t).is_ok());
+}
+
+#[test]
+fn get_with_registers_misses_through_the_closure_and_releases_through_the_backend() {
+    let (cache, rec, t) = cache_without_merging();
+    let mut calls = Vec::new();
+    let mut register = |region: fireopal_core::regcache::Region, access: Access| {
+        calls.push((region.base(), region.len(), access));
+        // Logged as the backend's own, so that its release is checked.
+        rec.register(region, access)
+    };
+    let reg = cache
+        .get_with(0x10_0010, 100, RR, t, &mut register)
+        .expect("registered by the closure");
+    let hit = cache
+        .get_with(0x10_0020, 8, RR, t, &mut register)
+        .expect("a hit");
+    assert_eq!(hit.id(), reg.id());
+    assert_eq!(calls, [(0x10_0000, PAGE, RR)], "a hit calls nothing");
+    cache.put(hit);
+    cache.put(reg);
+    assert_eq!(cache.invalidate(0x10_0000, PAGE), 1);
+    assert_eq!((rec.registered(), rec.deregistered()), (1, 1));
+    assert!(rec.log().bad_deregistrations.is_empty());
 }

@@ -9,11 +9,11 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use fireopal::btl::{MemoryHandle, Messenger};
+use fireopal::btl::Messenger;
 use fireopal::memory::MonitorKind;
 use fireopal_abi::btl::{Access, MemRegion};
 
-use common::{messenger, self_with};
+use common::{messenger, monitor_or_skip, register_and_release, self_with, with_monitor};
 
 const LEN: usize = 64 << 10;
 
@@ -71,38 +71,6 @@ fn unmap(addr: usize, len: usize) {
 fn region(addr: usize, len: usize) -> MemRegion {
     // SAFETY: the mapping outlives every registration the tests make.
     unsafe { MemRegion::new(addr as *mut u8, len) }
-}
-
-/// Registers `[addr, addr + len)` for rank 0's gets and releases it
-/// again; returns the cache entry that served it.
-fn register_and_release(m: &mut Messenger, addr: usize, len: usize) -> u64 {
-    let handle: MemoryHandle = m
-        .register_memory(0, region(addr, len), Access::REMOTE_READ)
-        .expect("register");
-    let id = handle.cache_id().expect("a remote registration is cached");
-    m.deregister_memory(handle).expect("deregister");
-    id
-}
-
-fn with_monitor() -> (fireopal::plugin::Registry, Messenger) {
-    let registry = self_with(&[("FIREOPAL_MEMORY_MONITOR", "userfaultfd")]);
-    let (m, _) = messenger(&registry);
-    assert_eq!(m.memory_monitor().active, MonitorKind::Userfaultfd);
-    (registry, m)
-}
-
-/// Skips (with the reason printed) where userfaultfd cannot run.
-macro_rules! monitor_or_skip {
-    () => {{
-        let registry = self_with(&[]);
-        let (m, _) = messenger(&registry);
-        if m.memory_monitor().active != MonitorKind::Userfaultfd {
-            eprintln!("skipped: {}", m.memory_monitor());
-            return;
-        }
-        drop(m);
-        with_monitor()
-    }};
 }
 
 #[test]

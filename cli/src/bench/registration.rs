@@ -186,9 +186,15 @@ pub(super) fn run(
     }
     if rank == 0 {
         if json {
-            println!("{}", to_json(&rendezvous, &local, &module, &monitor).render());
+            println!(
+                "{}",
+                to_json(&rendezvous, &local, &module, &monitor).render()
+            );
         } else {
-            print!("{}", to_table(&rendezvous, &local, &module, &monitor, rounds));
+            print!(
+                "{}",
+                to_table(&rendezvous, &local, &module, &monitor, rounds)
+            );
         }
     }
     rt.finalize().map_err(|e| e.to_string())?;
@@ -331,8 +337,7 @@ fn measure_local(
         m.progress().map_err(|e| e.to_string())?;
     }
     let idle = start.elapsed();
-    out.apply
-        .push(per_op(apply.saturating_sub(idle), ops));
+    out.apply.push(per_op(apply.saturating_sub(idle), ops));
     Ok(())
 }
 
@@ -398,12 +403,36 @@ fn to_table(
         let (m, lo, hi) = spread(xs);
         let _ = writeln!(out, "{what:<52} {m:>10.0} ns ({lo:.0}-{hi:.0})");
     };
-    line(&mut out, "register + deregister, cache hit (1 MiB)", &local.hit);
-    line(&mut out, "register + deregister, cache miss (1 MiB)", &local.miss);
-    line(&mut out, "munmap 64 KiB, never registered", &local.munmap_bare);
-    line(&mut out, "munmap 64 KiB, watched, nothing cached", &local.munmap_watched);
-    line(&mut out, "munmap 64 KiB, cached registration", &local.munmap_cached);
-    line(&mut out, "applying its invalidation at the next call", &local.apply);
+    line(
+        &mut out,
+        "register + deregister, cache hit (1 MiB)",
+        &local.hit,
+    );
+    line(
+        &mut out,
+        "register + deregister, cache miss (1 MiB)",
+        &local.miss,
+    );
+    line(
+        &mut out,
+        "munmap 64 KiB, never registered",
+        &local.munmap_bare,
+    );
+    line(
+        &mut out,
+        "munmap 64 KiB, watched, nothing cached",
+        &local.munmap_watched,
+    );
+    line(
+        &mut out,
+        "munmap 64 KiB, cached registration",
+        &local.munmap_cached,
+    );
+    line(
+        &mut out,
+        "applying its invalidation at the next call",
+        &local.apply,
+    );
     let (hit, _, _) = spread(&local.hit);
     if let Some(first) = rendezvous.first() {
         let (reused, _, _) = spread(&first.reused);

@@ -7,8 +7,10 @@ use std::collections::HashMap;
 use std::fmt;
 
 use fireopal::bootstrap::Exchange;
-use fireopal::btl::Messenger;
+use fireopal::btl::{MemoryHandle, Messenger};
+use fireopal::memory::MonitorKind;
 use fireopal::plugin::{Options, Registry};
+use fireopal_abi::btl::{Access, MemRegion};
 
 /// A key-value exchange of one process, as a runtime with its own
 /// launcher would write one.
@@ -93,3 +95,46 @@ pub(crate) fn messenger(registry: &Registry) -> (Messenger, OwnExchange) {
     let m = Messenger::init(registry, &mut exchange).expect("init over the own exchange");
     (m, exchange)
 }
+
+/// `[addr, addr + len)` as a region a module may read.
+#[allow(unsafe_code)]
+fn unsafe_region(addr: usize, len: usize) -> MemRegion {
+    // SAFETY: the callers' memory outlives every registration made of it.
+    unsafe { MemRegion::new(addr as *mut u8, len) }
+}
+
+/// Registers `[addr, addr + len)` for rank 0's gets and releases it
+/// again; returns the cache entry that served it.
+pub(crate) fn register_and_release(m: &mut Messenger, addr: usize, len: usize) -> u64 {
+    let handle: MemoryHandle = m
+        .register_memory(0, unsafe_region(addr, len), Access::REMOTE_READ)
+        .expect("register");
+    let id = handle.cache_id().expect("a remote registration is cached");
+    m.deregister_memory(handle).expect("deregister");
+    id
+}
+
+pub(crate) fn with_monitor() -> (Registry, Messenger) {
+    let registry = self_with(&[("FIREOPAL_MEMORY_MONITOR", "userfaultfd")]);
+    let (m, _) = messenger(&registry);
+    assert_eq!(m.memory_monitor().active, MonitorKind::Userfaultfd);
+    (registry, m)
+}
+
+/// Skips (with the reason printed) where userfaultfd cannot run.
+#[allow(unused_macros)]
+macro_rules! monitor_or_skip {
+    () => {{
+        let registry = common::self_with(&[]);
+        let (m, _) = common::messenger(&registry);
+        if m.memory_monitor().active != fireopal::memory::MonitorKind::Userfaultfd {
+            eprintln!("skipped: {}", m.memory_monitor());
+            return;
+        }
+        drop(m);
+        common::with_monitor()
+    }};
+}
+
+#[allow(unused_imports)]
+pub(crate) use monitor_or_skip;
