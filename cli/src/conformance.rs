@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(
             why,
             "no case named \"rmda\": expected one of sizes, many, completions, sendi, \
-             rdma, in-place, symmetric-heap or peer-death"
+             rdma, reregistration, unmapped-get, in-place, symmetric-heap or peer-death"
         );
     }
 }

@@ -188,11 +188,11 @@ fn usage_errors_go_to_stderr_with_exit_2_naming_the_valid_values() {
         (&["info", "--json=yes"], "--json takes no value"),
         (
             &["bench", "nosuch"],
-            "unknown benchmark \"nosuch\": expected one of pingpong, p2p, put or get",
+            "unknown benchmark \"nosuch\": expected one of pingpong, p2p, registration, put or get",
         ),
         (
             &["bench"],
-            "which benchmark? expected one of pingpong, p2p, put or get",
+            "which benchmark? expected one of pingpong, p2p, registration, put or get",
         ),
         (
             &["bench", "pingpong", "--from", "x"],
@@ -206,7 +206,7 @@ fn usage_errors_go_to_stderr_with_exit_2_naming_the_valid_values() {
         (
             &["conformance", "--btl", "self", "--case", "nosuch"],
             "no case named \"nosuch\": expected one of sizes, many, completions, sendi, \
-             rdma, in-place, symmetric-heap or peer-death",
+             rdma, reregistration, unmapped-get, in-place, symmetric-heap or peer-death",
         ),
         (
             &["conformance", "--memheap", "buddy", "--case", "sizes"],
