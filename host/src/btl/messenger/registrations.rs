@@ -331,9 +331,11 @@ impl Messenger {
         &self.registrations.report
     }
 
-    /// Applies the monitor's reports: at the start of every `progress`, so
-    /// that a registration of memory gone is released before a peer's
-    /// operation on it is served.
+    /// Applies the monitor's reports, and carries out deregistrations left
+    /// by handles dropped without [`deregister_memory`](Self::deregister_memory):
+    /// at the start of every `progress`, so that a registration of memory
+    /// gone is released before a peer's operation on it is served. Two
+    /// atomic loads when there is nothing to do.
     #[inline]
     pub(super) fn watch_memory(&mut self) {
         if self
@@ -343,8 +345,8 @@ impl Messenger {
             .is_some_and(|(_, sub)| sub.pending())
         {
             self.registrations.apply_monitor();
-            self.carry_out_releases();
         }
+        self.carry_out_releases();
     }
 
     /// Carries out the module deregistrations the cache queued.
