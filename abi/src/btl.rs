@@ -65,6 +65,11 @@ impl BtlFlags {
     /// (the symmetric heap): payloads inside them are read by peers with a
     /// single copy, through a mapping of the file.
     pub const MAPPED_SEGMENTS: Self = Self(1 << 7);
+    /// [`Transport::put`] and [`Transport::get`] are copies made by the
+    /// calling process's own processor (cross-memory attach, a mapping of
+    /// the peer's memory): a message read in part by the receiver and
+    /// written in part by the sender moves with two processors at once.
+    pub const INITIATOR_COPIES: Self = Self(1 << 8);
 
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: Self) -> bool {

@@ -307,6 +307,16 @@ proptest! {
             p2p::Data { receiver_request: 2, offset: 64 }.encode().to_vec(),
             p2p::Fin { sender_request: 1, status: p2p::FinStatus::Done }.encode().to_vec(),
             p2p::Credit { credits: 8 }.encode().to_vec(),
+            p2p::Ack {
+                sender_request: 1,
+                receiver_request: 2,
+                offset: 4096,
+                address: 0x2000,
+                key: &key,
+            }
+            .encode()
+            .expect("a short key encodes"),
+            p2p::PutDone { receiver_request: 2, status: p2p::FinStatus::Done }.encode().to_vec(),
         ];
         for seed in &seeds {
             prop_assert!(p2p::Message::decode(seed).is_ok());
@@ -321,6 +331,8 @@ proptest! {
                         p2p::Message::Data(v) => v.encode().to_vec(),
                         p2p::Message::Fin(v) => v.encode().to_vec(),
                         p2p::Message::Credit(v) => v.encode().to_vec(),
+                        p2p::Message::Ack(v) => v.encode().expect("a parsed key encodes"),
+                        p2p::Message::PutDone(v) => v.encode().to_vec(),
                     };
                     prop_assert_eq!(again, input);
                 }

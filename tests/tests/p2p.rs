@@ -185,6 +185,22 @@ fn small_eager_limit_and_few_credits() {
     assert!(!out.stdout.contains("note self: the route to self is eager"));
 }
 
+/// Rendezvous messages split between receiver and sender from 8 KiB up
+/// (most sizes of the suite), and never split.
+#[test]
+fn split_rendezvous_from_small_sizes_and_not_at_all() {
+    Job {
+        params: &["p2p_eager_limit=1024", "p2p_split_min=8192"],
+        ..Job::new("self,shm", 3)
+    }
+    .passes();
+    Job {
+        params: &["p2p_split_min=0"],
+        ..Job::new("self,shm", 2)
+    }
+    .passes();
+}
+
 /// The random case with other seeds than the default, which each rank
 /// reports.
 #[test]

@@ -51,6 +51,10 @@ code_enum! {
         Fin = 5,
         /// [`Credit`].
         Credit = 6,
+        /// [`Ack`].
+        Ack = 7,
+        /// [`PutDone`].
+        PutDone = 8,
     }
 }
 
@@ -102,7 +106,7 @@ pub enum Malformed {
     UnknownStatus(u8),
     /// An [`Eager`] has flags this build does not know.
     UnknownFlags(u8),
-    /// An [`Rts`] key is longer than [`MAX_KEY_LEN`].
+    /// An [`Rts`] or [`Ack`] key is longer than [`MAX_KEY_LEN`].
     KeyTooLong(usize),
 }
 
@@ -328,6 +332,90 @@ impl Credit {
     }
 }
 
+/// The receiver of a [`RndvProtocol::Get`] rendezvous asks the sender to
+/// write the tail of the message, from `offset` on, while it reads the
+/// head itself: two processors copy one message at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack<'a> {
+    /// The sender's request, from the [`Rts`].
+    pub sender_request: u64,
+    /// The receive, named again in [`PutDone`].
+    pub receiver_request: u64,
+    /// Where in the message the tail starts.
+    pub offset: u64,
+    /// Where the tail goes in the receiver's memory.
+    pub address: u64,
+    /// The transport's remote key of that memory.
+    pub key: &'a [u8],
+}
+
+impl Ack<'_> {
+    /// Bytes of the encoded header without the key.
+    pub const BASE_LEN: usize = 40;
+
+    /// The message bytes, or `None` if the key is over [`MAX_KEY_LEN`].
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        let key_len = u16::try_from(self.key.len())
+            .ok()
+            .filter(|&n| usize::from(n) <= MAX_KEY_LEN)?;
+        let base: [u8; Ack::<'static>::BASE_LEN] = fixed(|w| {
+            w.u8(Kind::Ack as u8);
+            w.zeros(1);
+            w.u16(key_len);
+            w.zeros(4);
+            w.u64(self.sender_request);
+            w.u64(self.receiver_request);
+            w.u64(self.offset);
+            w.u64(self.address);
+        });
+        let mut out = Vec::with_capacity(Self::BASE_LEN + self.key.len());
+        out.extend_from_slice(&base);
+        out.extend_from_slice(self.key);
+        Some(out)
+    }
+}
+
+/// The sender wrote the tail an [`Ack`] asked for (or could not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutDone {
+    /// The receive, from the [`Ack`].
+    pub receiver_request: u64,
+    /// How the write ended.
+    pub status: FinStatus,
+}
+
+impl PutDone {
+    /// Bytes of the encoded message.
+    pub const LEN: usize = 16;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::PutDone as u8);
+            w.u8(self.status as u8);
+            w.zeros(6);
+            w.u64(self.receiver_request);
+        })
+    }
+}
+
+/// The length of a key announced at bytes 2..4 of a message of `kind`,
+/// checked against [`MAX_KEY_LEN`].
+fn key_len(bytes: &[u8], kind: Kind, base: usize) -> Result<usize, Malformed> {
+    let key_len = bytes
+        .get(2..4)
+        .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
+        .ok_or(Malformed::BadLength {
+            kind,
+            have: bytes.len(),
+            want: base,
+        })?;
+    if key_len > MAX_KEY_LEN {
+        return Err(Malformed::KeyTooLong(key_len));
+    }
+    Ok(key_len)
+}
+
 /// A parsed point-to-point message, borrowing the bytes it came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message<'a> {
@@ -343,6 +431,10 @@ pub enum Message<'a> {
     Fin(Fin),
     /// [`Credit`].
     Credit(Credit),
+    /// [`Ack`].
+    Ack(Ack<'a>),
+    /// [`PutDone`].
+    PutDone(PutDone),
 }
 
 /// The fields of `bytes`, which must be exactly `want` long for `kind`.
@@ -389,17 +481,7 @@ impl<'a> Message<'a> {
                 Ok(Self::Eager(Eager { envelope, flags }))
             }
             Kind::Rts => {
-                let key_len = bytes
-                    .get(2..4)
-                    .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
-                    .ok_or(Malformed::BadLength {
-                        kind,
-                        have: bytes.len(),
-                        want: Rts::BASE_LEN,
-                    })?;
-                if key_len > MAX_KEY_LEN {
-                    return Err(Malformed::KeyTooLong(key_len));
-                }
+                let key_len = key_len(bytes, kind, Rts::BASE_LEN)?;
                 let mut f = exact(bytes, kind, Rts::BASE_LEN + key_len)?;
                 f.u8()?;
                 let p = f.u8()?;
@@ -454,6 +536,37 @@ impl<'a> Message<'a> {
                 f.u8()?;
                 f.reserved::<3>(zero)?;
                 Ok(Self::Credit(Credit { credits: f.u32()? }))
+            }
+            Kind::Ack => {
+                let key_len = key_len(bytes, kind, Ack::BASE_LEN)?;
+                let mut f = exact(bytes, kind, Ack::BASE_LEN + key_len)?;
+                f.u8()?;
+                f.reserved::<1>(zero)?;
+                f.u16()?;
+                f.reserved::<4>(zero)?;
+                let sender_request = f.u64()?;
+                let receiver_request = f.u64()?;
+                let offset = f.u64()?;
+                let address = f.u64()?;
+                let key = f.take(key_len)?;
+                Ok(Self::Ack(Ack {
+                    sender_request,
+                    receiver_request,
+                    offset,
+                    address,
+                    key,
+                }))
+            }
+            Kind::PutDone => {
+                let mut f = exact(bytes, kind, PutDone::LEN)?;
+                f.u8()?;
+                let s = f.u8()?;
+                let status = FinStatus::from_code(s).ok_or(Malformed::UnknownStatus(s))?;
+                f.reserved::<6>(zero)?;
+                Ok(Self::PutDone(PutDone {
+                    receiver_request: f.u64()?,
+                    status,
+                }))
             }
         }
     }
@@ -512,6 +625,60 @@ mod tests {
             Message::decode(&credit.encode()),
             Ok(Message::Credit(credit))
         );
+        let key = [9u8; 24];
+        let ack = Ack {
+            sender_request: 6,
+            receiver_request: 7,
+            offset: 1 << 19,
+            address: 0x7f00_0000_1000,
+            key: &key,
+        };
+        let bytes = ack.encode().unwrap();
+        assert_eq!(bytes.len(), Ack::BASE_LEN + key.len());
+        assert_eq!(Message::decode(&bytes), Ok(Message::Ack(ack)));
+        let done = PutDone {
+            receiver_request: 8,
+            status: FinStatus::Done,
+        };
+        assert_eq!(Message::decode(&done.encode()), Ok(Message::PutDone(done)));
+    }
+
+    #[test]
+    fn ack_keys_are_bounded_and_reserved_bytes_checked() {
+        let key = vec![1u8; MAX_KEY_LEN + 1];
+        let mut ack = Ack {
+            sender_request: 1,
+            receiver_request: 2,
+            offset: 3,
+            address: 4,
+            key: &key,
+        };
+        assert_eq!(ack.encode(), None);
+        ack.key = &key[..4];
+        let bytes = ack.encode().unwrap();
+        assert!(matches!(
+            Message::decode(&bytes[..bytes.len() - 1]),
+            Err(Malformed::BadLength { .. })
+        ));
+        let mut reserved = bytes.clone();
+        reserved[1] = 1;
+        assert_eq!(
+            Message::decode(&reserved),
+            Err(Malformed::ReservedNotZero(Kind::Ack))
+        );
+        let mut huge = bytes;
+        huge[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(
+            Message::decode(&huge),
+            Err(Malformed::KeyTooLong(usize::from(u16::MAX)))
+        );
+        let mut status = PutDone {
+            receiver_request: 1,
+            status: FinStatus::Failed,
+        }
+        .encode();
+        status[1] = 9;
+        assert_eq!(Message::decode(&status), Err(Malformed::UnknownStatus(9)));
     }
 
     #[test]
@@ -607,6 +774,18 @@ mod tests {
         .unwrap();
         for n in 0..=rts.len() {
             let _ = Message::decode(&rts[..n]);
+        }
+        let ack = Ack {
+            sender_request: 1,
+            receiver_request: 2,
+            offset: 3,
+            address: 4,
+            key: &key,
+        }
+        .encode()
+        .unwrap();
+        for n in 0..=ack.len() {
+            let _ = Message::decode(&ack[..n]);
         }
         for b in 0..=255u8 {
             let _ = Message::decode(&[b; 64]);

@@ -31,33 +31,37 @@ use crate::param::ParamStore;
 pub(crate) const TAG_P2P: u8 = 0xFD;
 
 /// A layer operation whose completion matters.
-enum LayerOp {
+pub(super) enum LayerOp {
     /// A rendezvous read into this receive.
     Get(ReqId),
+    /// The write of a send's tail into its receiver's buffer.
+    Put { req: ReqId, receiver_request: u64 },
 }
 
 /// Limits read from the parameters.
 #[derive(Debug, Clone, Copy)]
-struct Config {
+pub(super) struct Config {
     eager_limit: u64,
     pipeline_fragment: u64,
+    /// Smallest message split between receiver and sender (0: never).
+    pub(super) split_min: u64,
     stall: Option<Duration>,
 }
 
 /// The point-to-point endpoint of one process. See the [module
 /// docs](super).
 pub struct P2p {
-    messenger: Messenger,
+    pub(super) messenger: Messenger,
     pub(super) proto: Rc<RefCell<Protocol>>,
-    config: Config,
+    pub(super) config: Config,
     /// Eager limit per peer: the route's, capped by the parameter.
     eager: Vec<u64>,
     /// Next sequence number per (context, peer).
     seqs: HashMap<(u32, Rank), u32, IdHash>,
-    layer_ops: HashMap<SendId, LayerOp, IdHash>,
+    pub(super) layer_ops: HashMap<SendId, LayerOp, IdHash>,
     epoch: u64,
     /// Peers failed by the messenger or for breaking the protocol.
-    failed: HashMap<Rank, P2pError>,
+    pub(super) failed: HashMap<Rank, P2pError>,
     pub(super) ids: ContextIds,
     pub(super) world: Communicator,
 }
@@ -99,6 +103,7 @@ impl P2p {
         let config = Config {
             eager_limit: uint("p2p_eager_limit"),
             pipeline_fragment: uint("p2p_pipeline_fragment"),
+            split_min: uint("p2p_split_min"),
             stall: match uint("p2p_stall_limit") {
                 0 => None,
                 s => Some(Duration::from_secs(s)),
@@ -173,8 +178,13 @@ impl P2p {
         if self.messenger.has_layer_completions() {
             for (id, status) in self.messenger.take_layer_completions() {
                 work += 1;
-                if let Some(LayerOp::Get(req)) = self.layer_ops.remove(&id) {
-                    self.get_done(req, status.map_err(P2pError::from));
+                match self.layer_ops.remove(&id) {
+                    Some(LayerOp::Get(req)) => self.get_done(req, status.map_err(P2pError::from)),
+                    Some(LayerOp::Put {
+                        req,
+                        receiver_request,
+                    }) => self.tail_put(req, receiver_request, status.map_err(P2pError::from)),
+                    None => {}
                 }
             }
         }
@@ -311,6 +321,7 @@ impl P2p {
             ptr,
             len,
             owned: None,
+            putting: false,
         }));
         let rts = Rts {
             envelope,
@@ -487,12 +498,32 @@ impl P2p {
                     receiver_request,
                 } => self.send_pipeline(peer, sender_request, receiver_request),
                 Action::FinishSend { peer, req, status } => self.finish_send(peer, req, status),
+                Action::PutTail {
+                    peer,
+                    sender_request,
+                    receiver_request,
+                    offset,
+                    address,
+                    key,
+                } => self.put_tail(
+                    peer,
+                    sender_request,
+                    receiver_request,
+                    offset,
+                    address,
+                    &key,
+                ),
+                Action::TailWritten {
+                    peer,
+                    receiver_request,
+                    status,
+                } => self.tail_written(peer, receiver_request, status),
             }
         }
     }
 
     /// A protocol message with no data; a failure shows as the peer's.
-    fn control(&mut self, peer: Rank, header: &[u8]) {
+    pub(super) fn control(&mut self, peer: Rank, header: &[u8]) {
         if self.failed.contains_key(&peer) {
             return;
         }
@@ -517,10 +548,13 @@ impl P2p {
             self.proto.borrow_mut().complete(id, Err(e));
             return;
         }
-        // SAFETY: the receive buffer holds `take <= cap` bytes at `ptr`
-        // and stays alive until the read completes: requests whose read is
-        // in flight are never dropped or detached from their buffer.
-        let region = unsafe { MemRegion::new(ptr, take) };
+        // A split message's head only; the sender writes the rest.
+        let read = self.offer_split(id, peer, ptr, take).unwrap_or(take);
+        // SAFETY: the receive buffer holds `read <= take <= cap` bytes at
+        // `ptr` and stays alive until the read completes: requests whose
+        // read is in flight are never dropped or detached from their
+        // buffer.
+        let region = unsafe { MemRegion::new(ptr, read) };
         let needs_local = self
             .messenger
             .attributes(peer)
@@ -558,8 +592,29 @@ impl P2p {
         }
     }
 
-    /// A rendezvous read ended: release, tell the sender, complete.
+    /// A rendezvous read ended. A split message also waits for the
+    /// sender's write of its tail.
     fn get_done(&mut self, id: ReqId, result: Result<(), P2pError>) {
+        let mut proto = self.proto.borrow_mut();
+        let Some(ReqState::Recv { rndv: Some(r), .. }) =
+            proto.reqs.get_mut(&id).map(|q| &mut q.state)
+        else {
+            return;
+        };
+        r.reading = false;
+        // A failed sender writes no more and never answers.
+        let sender_lives = !self.failed.contains_key(&r.peer);
+        if let Some(split) = r.split.as_mut().filter(|s| s.writing && sender_lives) {
+            split.read = Some(result);
+            return;
+        }
+        drop(proto);
+        self.finish_rendezvous(id, result);
+    }
+
+    /// Everything of a rendezvous receive arrived (or failed): release,
+    /// tell the sender, complete.
+    pub(super) fn finish_rendezvous(&mut self, id: ReqId, result: Result<(), P2pError>) {
         let mut proto = self.proto.borrow_mut();
         let Some(req) = proto.reqs.get_mut(&id) else {
             return;
@@ -573,10 +628,24 @@ impl P2p {
         else {
             return;
         };
-        r.reading = false;
         let (peer, sender_request) = (r.peer, r.sender_request);
-        let registration = r.registration.take();
+        let mut registrations: Vec<_> = r.registration.take().into_iter().collect();
+        // For a split message: how the sender's write of the tail ended
+        // (`None` if it never said: it failed).
+        let written = r.split.as_mut().map(|split| {
+            registrations.extend(split.registration.take());
+            split.written
+        });
         let (status, sent) = (*status, *sent);
+        let result = match (result, written) {
+            (Ok(()), None | Some(Some(FinStatus::Done))) => Ok(()),
+            (Ok(()), Some(_)) => Err(self
+                .failed
+                .get(&peer)
+                .cloned()
+                .unwrap_or(P2pError::WriteRefused { peer })),
+            (Err(e), _) => Err(e),
+        };
         let (fin, outcome) = match result {
             Ok(()) => (FinStatus::Done, finish_status(status, sent)),
             Err(P2pError::PeerFailed { peer, failure }) => (
@@ -590,7 +659,7 @@ impl P2p {
         };
         proto.complete(id, outcome);
         drop(proto);
-        if let Some(h) = registration {
+        for h in registrations {
             let _ = self.messenger.deregister_memory(h);
         }
         self.control(peer, &fin_header(sender_request, fin));
@@ -668,7 +737,7 @@ impl P2p {
         }
     }
 
-    fn violation(&mut self, peer: Rank, id: ReqId) {
+    pub(super) fn violation(&mut self, peer: Rank, id: ReqId) {
         let violation = super::Violation::UnknownRequest(id);
         self.fail_peer(peer, P2pError::Protocol { peer, violation });
     }
@@ -715,7 +784,8 @@ impl P2p {
             .iter()
             .filter(|(_, r)| r.done.is_none())
             .filter(|(_, r)| match &r.state {
-                ReqState::Send(out) => out.peer == peer,
+                // A write of a tail in flight ends (with an error) first.
+                ReqState::Send(out) => out.peer == peer && !out.putting,
                 ReqState::Recv { rndv: Some(v), .. } => v.peer == peer && !v.reading,
                 ReqState::Recv { .. } => false,
             })
@@ -787,14 +857,17 @@ impl P2p {
             proto.reqs.remove(&id);
             return;
         }
-        let reading = |p: &Self| {
-            matches!(
-                p.proto.borrow().reqs.get(&id).map(|r| &r.state),
-                Some(ReqState::Recv { rndv: Some(r), .. }) if r.reading
-            )
+        let reading = |p: &Self| match p.proto.borrow().reqs.get(&id).map(|r| &r.state) {
+            Some(ReqState::Recv { rndv: Some(r), .. }) => {
+                let writing = r.split.as_ref().is_some_and(|s| s.writing);
+                r.reading || (writing && !p.failed.contains_key(&r.peer))
+            }
+            Some(ReqState::Send(out)) => out.putting,
+            _ => false,
         };
-        // A read ends with success, an error or the peer's failure: every
-        // transport completes what it started.
+        // A read or write ends with success, an error or the peer's
+        // failure: every transport completes what it started, and a
+        // splitting sender answers while it lives.
         while reading(self) {
             if self.progress().is_err() {
                 break;

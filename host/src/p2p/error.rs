@@ -43,6 +43,12 @@ pub enum P2pError {
         /// The receiver's world rank.
         peer: Rank,
     },
+    /// The sender could not write its part of a message the receiver
+    /// split between them.
+    WriteRefused {
+        /// The sender's world rank.
+        peer: Rank,
+    },
     /// A rank outside the communicator.
     NoSuchRank {
         /// The rank given.
@@ -133,6 +139,9 @@ impl fmt::Display for P2pError {
                 write!(f, "reading the message from rank {peer}: {error}")
             }
             Self::ReadRefused { peer } => write!(f, "rank {peer} could not read the message"),
+            Self::WriteRefused { peer } => {
+                write!(f, "rank {peer} could not write its part of the message")
+            }
             Self::NoSuchRank { rank, size } => {
                 write!(f, "rank {rank} is not in a communicator of {size}")
             }

@@ -74,6 +74,7 @@ mod endpoint;
 mod error;
 mod protocol;
 mod request;
+mod split;
 mod table;
 
 pub use comm::Communicator;
@@ -112,6 +113,11 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
             "p2p_pipeline_fragment",
             ParamValue::Size(0),
             "fragment size of pipelined rendezvous data where the route has no get; 0 takes the transport's largest send",
+        ),
+        ParamSpec::new(
+            "p2p_split_min",
+            ParamValue::Size(64 << 10),
+            "smallest rendezvous message whose tail the sender writes while the receiver reads its head, on routes whose put and get are copies by the caller (shm); 0 never splits",
         ),
         ParamSpec::new(
             "p2p_stall_limit",

@@ -72,9 +72,24 @@ pub(crate) struct Rendezvous {
     /// A `get` into the buffer is in flight: the buffer must stay.
     pub(crate) reading: bool,
     pub(crate) registration: Option<MemoryHandle>,
+    /// The message is split: the sender writes its tail into the buffer.
+    pub(crate) split: Option<Box<Split>>,
     /// Where the data is at the sender, and the key to read it.
     pub(crate) address: u64,
     pub(crate) key: Vec<u8>,
+}
+
+/// A split rendezvous at the receiver: the sender writes the tail while
+/// the receiver reads the head (see the `split` module).
+pub(crate) struct Split {
+    /// The sender may still be writing: the buffer must stay.
+    pub(crate) writing: bool,
+    /// How the sender's write ended, once it said.
+    pub(crate) written: Option<FinStatus>,
+    /// How the receiver's own read ended, once it did.
+    pub(crate) read: Option<Result<(), P2pError>>,
+    /// The registration of the tail the sender writes.
+    pub(crate) registration: Option<MemoryHandle>,
 }
 
 /// A send waiting for its receiver.
@@ -85,6 +100,9 @@ pub(crate) struct Outgoing {
     pub(crate) ptr: *const u8,
     pub(crate) len: usize,
     pub(crate) owned: Option<Box<dyn Any>>,
+    /// A write of the tail into the receiver's buffer is in flight: the
+    /// bytes must stay.
+    pub(crate) putting: bool,
 }
 
 pub(crate) enum ReqState {
@@ -140,6 +158,21 @@ pub(crate) enum Action {
     },
     /// Give eager credits back to a sender.
     Credit { peer: Rank, credits: u32 },
+    /// Write the tail of a send into its receiver's buffer.
+    PutTail {
+        peer: Rank,
+        sender_request: ReqId,
+        receiver_request: u64,
+        offset: u64,
+        address: u64,
+        key: Vec<u8>,
+    },
+    /// The sender of a split message wrote its tail.
+    TailWritten {
+        peer: Rank,
+        receiver_request: ReqId,
+        status: FinStatus,
+    },
 }
 
 /// The state the handler and the endpoint share.
@@ -239,6 +272,19 @@ impl Protocol {
                     *n = n.saturating_add(c.credits);
                 }
             }
+            Message::Ack(a) => self.actions.push_back(Action::PutTail {
+                peer,
+                sender_request: a.sender_request,
+                receiver_request: a.receiver_request,
+                offset: a.offset,
+                address: a.address,
+                key: a.key.to_vec(),
+            }),
+            Message::PutDone(d) => self.actions.push_back(Action::TailWritten {
+                peer,
+                receiver_request: d.receiver_request,
+                status: d.status,
+            }),
         }
     }
 
@@ -345,6 +391,7 @@ impl Protocol {
                     received: 0,
                     reading: false,
                     registration: None,
+                    split: None,
                     address,
                     key,
                 }));

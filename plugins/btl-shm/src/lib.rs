@@ -463,7 +463,8 @@ fn attributes(cfg: &Config) -> BtlAttributes {
             | BtlFlags::GET
             | BtlFlags::SEND_IN_PLACE
             | BtlFlags::TRANSFER_BUFFERS
-            | BtlFlags::MAPPED_SEGMENTS,
+            | BtlFlags::MAPPED_SEGMENTS
+            | BtlFlags::INITIATOR_COPIES,
         registration_handle_size: fireopal_core::wire::shm::REMOTE_KEY_LEN as u32,
     }
 }

@@ -103,6 +103,26 @@ impl Messenger {
         )
     }
 
+    /// Writes `local` into `peer`'s memory for a layer.
+    pub(crate) fn put_layer(
+        &mut self,
+        peer: Rank,
+        local: MemRegion,
+        local_handle: Option<&MemoryHandle>,
+        remote_addr: u64,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        self.rdma(
+            true,
+            Class::Layer,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+            remote_key,
+        )
+    }
+
     /// Completions of a layer's operations, each reported once.
     pub(crate) fn take_layer_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
         std::mem::take(&mut self.completions.layer)
