@@ -53,13 +53,14 @@ const STALL: Duration = Duration::from_secs(30);
 pub(super) const SYNOPSIS: &str = "\
 fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
         [--json] [--quick] [--param name=value]...
-fireopal bench p2p|put|get [--btl NAME] [--json] [--quick] [--param name=value]...
+fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick] [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
                [--json] [--quick] [--param name=value]...
-       fireopal bench p2p|put|get [--btl NAME] [--json] [--quick] [--param name=value]...
+       fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick]
+               [--param name=value]...
        fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick]
                [--param name=value]...
 
@@ -75,6 +76,8 @@ or alone to reach this process itself.
   --from SOURCE         pingpong only: where messages above the eager limit
                         are sent from: auto (default), buffer, heap, user,
                         copy or registered
+  --sizes N[,N]...      p2p only: these message sizes in bytes, not the
+                        default 0 B to 4 MiB
   --rounds N            registration only: alternated rounds (default 5)
   --json                print the results as JSON
   --quick               fewer iterations, to check that it runs
@@ -116,6 +119,8 @@ struct Bench {
     quick: bool,
     from: From,
     rounds: usize,
+    /// `--sizes`: only these message sizes (p2p).
+    sizes: Option<Vec<usize>>,
 }
 
 fn parse(args: &[String]) -> Result<Bench, Stop> {
@@ -145,6 +150,7 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
         quick: false,
         from: From::Auto,
         rounds: 5,
+        sizes: None,
     };
     let mut btl = None;
     while let Some(arg) = it.next()? {
@@ -156,6 +162,13 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--quick") => b.quick = true,
             Arg::Opt("--btl") => btl = Some(it.value()?.to_owned()),
             Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
+            Arg::Opt("--sizes") if kind == Kind::P2p => {
+                let v = it.value()?;
+                let sizes: Option<Vec<usize>> = v.split(',').map(|n| n.trim().parse().ok()).collect();
+                b.sizes = Some(sizes.filter(|s| !s.is_empty()).ok_or_else(|| {
+                    Stop::Usage(format!("--sizes {v}: expected byte counts separated by commas"))
+                })?);
+            }
             Arg::Opt("--rounds") if kind == Kind::Registration => {
                 let v = it.value()?;
                 b.rounds = v.parse().ok().filter(|&r| r > 0).ok_or_else(|| {
@@ -204,7 +217,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     };
     let done = match b.kind {
         Kind::PingPong => run(&b.common, b.json, b.quick, b.from),
-        Kind::P2p => p2p::run(&b.common, b.json, b.quick),
+        Kind::P2p => p2p::run(&b.common, b.json, b.quick, b.sizes.as_deref()),
         Kind::Registration => registration::run(&b.common, b.json, b.quick, b.rounds),
         Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick),
     };

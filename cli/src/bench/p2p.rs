@@ -27,7 +27,12 @@ struct P2pRow {
     bibw_mbs: f64,
 }
 
-pub(super) fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), Failure> {
+pub(super) fn run(
+    common: &CommonArgs,
+    json: bool,
+    quick: bool,
+    only: Option<&[usize]>,
+) -> Result<(), Failure> {
     let mut rt = Runtime::init_with(Options {
         command_line: common.params.clone(),
         ..Options::default()
@@ -46,13 +51,14 @@ pub(super) fn run(common: &CommonArgs, json: bool, quick: bool) -> Result<(), Fa
     let module = format!("{}[{}]", route.component, route.index);
     let p2p = rt.p2p();
     p2p.set_stall_limit(Some(STALL));
-    let largest = SIZES.iter().copied().max().unwrap_or(0);
+    let sizes = only.unwrap_or(&SIZES);
+    let largest = sizes.iter().copied().max().unwrap_or(0);
     // Not one repeated byte, so that wrong bytes are caught below.
     let data: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
     let mut landing = vec![0u8; largest];
     let mut window_landing = vec![0u8; largest];
     let mut rows = Vec::new();
-    for &n in &SIZES {
+    for &n in sizes {
         let (iters, warmup) = latency_iterations(n, quick);
         let t = pingpong(
             p2p,

@@ -29,7 +29,10 @@
 //!   mapped segment, tcp with a get request its peer serves), or, where
 //!   the route has no `get`, asks for it and the sender sends it in
 //!   fragments (**pipeline**). The sender's request completes when the
-//!   receiver answers FIN.
+//!   receiver answers FIN. On routes whose `put` and `get` are copies by
+//!   the caller's processor (shm), a message of at least `p2p_split_min`
+//!   bytes is *split*: the receiver reads its head while the sender, asked
+//!   by an ACK, writes its tail, so two processors copy it.
 //! - **Flow control**: a sender may have `p2p_eager_credits` eager
 //!   messages unconsumed at each receiver; the receiver credits them back
 //!   in batches as receives take them. Without credits a message goes by
