@@ -164,9 +164,12 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
             Arg::Opt("--sizes") if kind == Kind::P2p => {
                 let v = it.value()?;
-                let sizes: Option<Vec<usize>> = v.split(',').map(|n| n.trim().parse().ok()).collect();
+                let sizes: Option<Vec<usize>> =
+                    v.split(',').map(|n| n.trim().parse().ok()).collect();
                 b.sizes = Some(sizes.filter(|s| !s.is_empty()).ok_or_else(|| {
-                    Stop::Usage(format!("--sizes {v}: expected byte counts separated by commas"))
+                    Stop::Usage(format!(
+                        "--sizes {v}: expected byte counts separated by commas"
+                    ))
                 })?);
             }
             Arg::Opt("--rounds") if kind == Kind::Registration => {
