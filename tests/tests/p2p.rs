@@ -156,6 +156,18 @@ fn tcp_on_loopback_four_ranks() {
     .passes();
 }
 
+/// Two tcp links to every peer: eager messages, rendezvous
+/// announcements and the protocol's answers go round robin, and the
+/// suite's ordering and random cases still see MPI's order.
+#[test]
+fn tcp_on_loopback_over_two_links() {
+    Job {
+        params: &["btl_tcp_if_include=lo", "btl_tcp_links=2"],
+        ..Job::new("self,tcp", 3)
+    }
+    .passes();
+}
+
 /// One rank: every message goes to itself.
 #[test]
 fn self_alone_one_rank() {

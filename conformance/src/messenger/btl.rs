@@ -218,6 +218,14 @@ fn case_many(c: &mut Ctx) -> Result<Outcome, String> {
             "{bad} of {count} messages out of order or corrupted"
         ));
     }
+    let lanes = c.m.lanes(c.next);
+    if lanes.len() > 1 {
+        let counts: Vec<String> = lanes
+            .iter()
+            .map(|l| format!("{}[{}] {}", l.component, l.index, l.messages))
+            .collect();
+        println!("rank {}: note many: lanes {}", c.rank, counts.join(", "));
+    }
     c.barrier()?;
     Ok(Outcome::Passed)
 }

@@ -1,25 +1,27 @@
 //! [`Messenger`]: module setup, routes and the active-message API;
 //! registrations and one-sided operations (`rdma`), transfer buffers
 //! (`transfer`), registered segments (`segments`), components and
-//! modules that fail (`failover`), peers that fail (`failure`) and the
-//! errors of setup (`init_error`) live in the submodules.
+//! modules that fail (`failover`), peers that fail (`failure`), several
+//! modules per peer (`lanes`), what modules hand back during `progress`
+//! (`sink`) and the errors of setup (`init_error`) live in the
+//! submodules.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::resume_unwind;
 
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RResult, RSlice};
 use fireopal_abi::btl::{
-    BtlAttributes, BtlEventSink, BtlEventSink_TO, BtlModuleBox, Completion, PeerAddress, Rank,
-    Reachability, SendiOutcome,
+    BtlAttributes, BtlEventSink_TO, BtlModuleBox, Completion, PeerAddress, Rank, Reachability,
+    SendiOutcome,
 };
 use fireopal_abi::host::Host;
 use fireopal_abi::PluginError;
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::regcache::GetError;
 use fireopal_core::wire::am::{
-    decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembled, Reassembly,
+    decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembly,
 };
 
 use crate::bootstrap::Exchange;
@@ -28,7 +30,7 @@ use crate::plugin::{Framework, Registry};
 /// Tags from here up belong to the framework.
 pub const FIRST_RESERVED_TAG: u8 = 0xF0;
 const TAG_FRAG_FIRST: u8 = 0xFF;
-const TAG_FRAG_NEXT: u8 = 0xFE;
+pub(super) const TAG_FRAG_NEXT: u8 = 0xFE;
 /// Bootstrap key of each process's module directory.
 const DIRECTORY_KEY: &str = "btl-directory";
 /// How often (in `progress` calls) a module with no routed peer and
@@ -199,6 +201,8 @@ struct Route {
     /// Boxed: every send reads this route, and the cold failure record
     /// would otherwise spread it over more cache lines.
     failed: Option<Box<PeerFailure>>,
+    /// Round robin and sequence numbers over several modules.
+    lanes: lanes::Lanes,
 }
 
 /// A send split into several module operations.
@@ -232,6 +236,10 @@ pub struct Messenger {
     live_buffers: Vec<(usize, u64)>,
     /// The registration cache and the memory monitor.
     registrations: registrations::Registrations,
+    /// How a message tries the immediate sends of several modules.
+    sendi_policy: SendiPolicy,
+    /// Per peer, the messages of a sequenced route that came early.
+    reorder: Vec<lanes::Reorder>,
     /// The host's log, for modules that fail.
     log: Host,
 }
@@ -269,6 +277,9 @@ impl Messenger {
         let (slots, addresses) = (opened.slots, opened.addresses);
         let registrations = registrations::Registrations::new(slots.len(), registry.params())
             .map_err(InitError::Memory)?;
+        let policy = registry.params().str_value("bml_sendi").unwrap_or("fast");
+        let sendi_policy = SendiPolicy::parse(policy)
+            .ok_or_else(|| InitError::BadSendiPolicy(policy.to_owned()))?;
         let entries: Vec<DirectoryEntry<'_>> = slots
             .iter()
             .zip(&addresses)
@@ -367,8 +378,10 @@ impl Messenger {
                     let a = &slots[i].attrs;
                     (std::cmp::Reverse(a.exclusivity), a.latency_ns)
                 });
+                let modules = failover::best_tier(&slots, &mods);
                 Route {
-                    modules: failover::best_tier(&slots, &mods),
+                    lanes: lanes::Lanes::new(&modules),
+                    modules,
                     candidates: mods,
                     failed: None,
                 }
@@ -402,14 +415,26 @@ impl Messenger {
             polls: 0,
             live_buffers: Vec::new(),
             registrations,
+            sendi_policy,
+            reorder: (0..size).map(|_| lanes::Reorder::default()).collect(),
             log,
         };
         if registry.params().str_value("log_level") == Some("debug") {
             for peer in 0..size {
                 match m.route(peer) {
                     Some(r) => eprintln!(
-                        "fireopal[{rank}] btl: rank {peer} via {}[{}] (candidates {:?})",
-                        r.component, r.index, r.candidates
+                        "fireopal[{rank}] btl: rank {peer} via {}[{}] (candidates {:?}); lanes {}",
+                        r.component,
+                        r.index,
+                        r.candidates,
+                        m.lanes(peer)
+                            .iter()
+                            .map(|l| format!(
+                                "{}[{}] weight {} Mb/s",
+                                l.component, l.index, l.bandwidth_mbps
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                     None => eprintln!("fireopal[{rank}] btl: rank {peer} unreachable"),
                 }
@@ -517,8 +542,10 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
-        let i = self.user_route(peer, tag)?;
-        self.send_routed(i, peer, tag, header, payload, Class::User)
+        if tag >= FIRST_RESERVED_TAG {
+            return Err(SendError::ReservedTag(tag));
+        }
+        self.send_message(peer, tag, header, payload, Class::User)
     }
 
     /// Sends on module `i`, whole or in fragments.
@@ -787,6 +814,7 @@ impl Messenger {
                 completions: &mut self.completions,
                 failures: &mut self.failures,
                 routes: &mut self.routes,
+                reorder: &mut self.reorder,
                 panic: None,
             };
             let result = slot
@@ -837,151 +865,28 @@ impl Messenger {
     }
 }
 
-/// The host side of a module's `progress` call.
-struct Sink<'a> {
-    module: usize,
-    handlers: &'a mut Vec<Option<Handler>>,
-    replies: &'a mut Replies,
-    failure_epoch: &'a mut u64,
-    reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
-    cookies: &'a mut HashMap<u64, (SendId, usize), IdHash>,
-    outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
-    completions: &'a mut Completions,
-    failures: &'a mut Vec<(Rank, PeerFailure)>,
-    routes: &'a mut Vec<Route>,
-    panic: Option<Box<dyn std::any::Any + Send>>,
-}
-
-/// Counts one part of send `id` as done, with `status`; the send
-/// completes, with its first error, when its last part does.
-fn complete_part(
-    outstanding: &mut HashMap<SendId, Outstanding, IdHash>,
-    completions: &mut Completions,
-    id: SendId,
-    status: Result<(), SendError>,
-) {
-    let Some(o) = outstanding.get_mut(&id) else {
-        return;
-    };
-    if let Err(e) = status {
-        o.error.get_or_insert(e);
-    }
-    o.parts_left = o.parts_left.saturating_sub(1);
-    if o.parts_left == 0 {
-        if let Some(o) = outstanding.remove(&id) {
-            completions.push(o.id, o.error.map_or(Ok(()), Err));
-        }
-    }
-}
-
-impl Sink<'_> {
-    fn dispatch(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
-        if self.panic.is_some() {
-            return;
-        }
-        let Some(Some(handler)) = self.handlers.get_mut(usize::from(tag)) else {
-            return;
-        };
-        let msg = Incoming {
-            peer,
-            tag,
-            header,
-            payload,
-        };
-        // A panic must not unwind into the module's frames (it would abort
-        // the process): keep it and resume once the module has returned.
-        let replies = &mut *self.replies;
-        if let Err(p) = catch_unwind(AssertUnwindSafe(|| handler(&msg, replies))) {
-            self.panic = Some(p);
-        }
-    }
-
-    fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
-        if let Some(r) = self.routes.get_mut(peer as usize) {
-            if r.failed.is_none() {
-                r.failed = Some(Box::new(failure.clone()));
-                *self.failure_epoch += 1;
-                self.failures.push((peer, failure));
-            }
-        }
-    }
-
-    fn complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        let Some((id, _)) = self.cookies.remove(&cookie) else {
-            return;
-        };
-        complete_part(
-            self.outstanding,
-            self.completions,
-            id,
-            status.map_err(SendError::Module),
-        );
-    }
-}
-
-impl BtlEventSink for Sink<'_> {
-    fn deliver(&mut self, peer: Rank, tag: u8, header: RSlice<'_, u8>, payload: RSlice<'_, u8>) {
-        let key = (self.module, peer);
-        let step = match tag {
-            TAG_FRAG_FIRST => self.reassembly.entry(key).or_default().first(
-                header.as_slice(),
-                payload.as_slice(),
-                MAX_MESSAGE,
-            ),
-            TAG_FRAG_NEXT => self
-                .reassembly
-                .entry(key)
-                .or_default()
-                .next(payload.as_slice()),
-            _ => {
-                self.dispatch(peer, tag, header.as_slice(), payload.as_slice());
-                return;
-            }
-        };
-        match step {
-            Ok(Reassembled::Partial) => {}
-            Ok(Reassembled::Complete(tag, h, p)) => {
-                self.reassembly.remove(&key);
-                self.dispatch(peer, tag, &h, &p);
-            }
-            Err(e) => {
-                self.reassembly.remove(&key);
-                self.fail_peer(peer, PeerFailure::Fragments(e));
-            }
-        }
-    }
-
-    fn send_complete(&mut self, cookie: u64, status: RResult<(), PluginError>) {
-        self.complete(cookie, status.into_result());
-    }
-
-    fn rdma_complete(&mut self, cookie: u64, status: RResult<(), PluginError>) {
-        self.complete(cookie, status.into_result());
-    }
-
-    fn peer_failed(&mut self, peer: Rank, error: PluginError) {
-        self.fail_peer(peer, PeerFailure::Transport(error));
-    }
-}
-
 mod failover;
 mod failure;
 mod init_error;
+mod lanes;
 mod layered;
 mod rdma;
 mod registrations;
 mod replies;
 mod segments;
+mod sink;
 mod transfer;
 mod wait;
 
 pub(crate) use layered::Class;
 use layered::Completions;
 pub use replies::Replies;
+use sink::{complete_part, Sink};
 pub use wait::{StallWatch, WaitError};
 
 pub use failure::{FailureKind, PeerFailure};
 pub use init_error::{ExchangeError, ExchangeFailure, InitError};
+pub use lanes::{LaneInfo, SendiPolicy};
 pub use registrations::MemoryHandle;
 pub use segments::SegmentHandle;
 pub use transfer::TransferBufferHandle;

@@ -32,7 +32,7 @@ mod messenger;
 pub mod self_btl;
 
 pub use messenger::{
-    ExchangeError, ExchangeFailure, FailureKind, Incoming, InitError, MemoryHandle, Messenger,
-    PeerFailure, ProgressError, Replies, RouteInfo, SegmentHandle, SendError, SendId, SendTicket,
-    StallWatch, TransferBufferHandle, WaitError, FIRST_RESERVED_TAG,
+    ExchangeError, ExchangeFailure, FailureKind, Incoming, InitError, LaneInfo, MemoryHandle,
+    Messenger, PeerFailure, ProgressError, Replies, RouteInfo, SegmentHandle, SendError, SendId,
+    SendTicket, SendiPolicy, StallWatch, TransferBufferHandle, WaitError, FIRST_RESERVED_TAG,
 };

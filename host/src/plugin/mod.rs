@@ -384,6 +384,11 @@ impl Registry {
                 "messages shown: error, warn, info or debug",
             ),
             ParamSpec::new(
+                "bml_sendi",
+                ParamValue::Str("fast".into()),
+                "with several modules to a peer: fast tries the immediate send on the module whose turn it is, then a queued send there; fair tries it on every module first",
+            ),
+            ParamSpec::new(
                 "warn_unknown_params",
                 ParamValue::Bool(true),
                 "warn (on rank 0) about --param names and FIREOPAL_* variables that no loaded component has",

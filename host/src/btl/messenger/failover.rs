@@ -219,6 +219,23 @@ impl Messenger {
                 continue;
             }
             let peer = Rank::try_from(peer).unwrap_or(Rank::MAX);
+            if route.lanes.sequenced {
+                // Messages on the closed module may be lost: the order to
+                // this peer cannot go on.
+                lost += 1;
+                route.modules = best_tier(&self.slots, &route.candidates);
+                if route.failed.is_none() {
+                    let failure = PeerFailure::LaneLost {
+                        component: component.clone(),
+                        index,
+                        error: error.clone(),
+                    };
+                    route.failed = Some(Box::new(failure.clone()));
+                    self.failure_epoch += 1;
+                    self.failures.push((peer, failure));
+                }
+                continue;
+            }
             route.modules = best_tier(&self.slots, &route.candidates);
             match route.modules.first() {
                 Some(&j) => {

@@ -83,6 +83,19 @@ pub enum PeerFailure {
     /// A fragmented send to it failed midway, so it holds part of a
     /// message and the stream to it cannot go on.
     FragmentedSend(PluginError),
+    /// Its messages over several modules broke their order (a number
+    /// delivered twice, too many early, a malformed sequence header).
+    Sequence(&'static str),
+    /// A module of several carrying its ordered messages was closed after
+    /// an error; messages on it may be lost, so the order cannot go on.
+    LaneLost {
+        /// Component of the closed module.
+        component: String,
+        /// Its index within the component.
+        index: usize,
+        /// The error that closed it.
+        error: PluginError,
+    },
     /// The last module that reached it was closed after an error.
     NoTransport {
         /// Component of the closed module.
@@ -99,7 +112,8 @@ impl PeerFailure {
     pub fn kind(&self) -> FailureKind {
         match self {
             Self::Transport(e) | Self::FragmentedSend(e) => FailureKind::from_transport(e.kind),
-            Self::Fragments(_) => FailureKind::ProtocolViolation,
+            Self::Fragments(_) | Self::Sequence(_) => FailureKind::ProtocolViolation,
+            Self::LaneLost { error, .. } => FailureKind::from_transport(error.kind),
             Self::NoTransport { .. } => FailureKind::Unreachable,
         }
     }
@@ -108,10 +122,11 @@ impl PeerFailure {
     /// one.
     pub fn plugin_error(&self) -> Option<&PluginError> {
         match self {
-            Self::Transport(e) | Self::FragmentedSend(e) | Self::NoTransport { error: e, .. } => {
-                Some(e)
-            }
-            Self::Fragments(_) => None,
+            Self::Transport(e)
+            | Self::FragmentedSend(e)
+            | Self::NoTransport { error: e, .. }
+            | Self::LaneLost { error: e, .. } => Some(e),
+            Self::Fragments(_) | Self::Sequence(_) => None,
         }
     }
 }
@@ -122,6 +137,16 @@ impl fmt::Display for PeerFailure {
             Self::Transport(e) => e.fmt(f),
             Self::Fragments(e) => write!(f, "protocol error in its fragments: {e}"),
             Self::FragmentedSend(e) => write!(f, "fragmented send failed midway: {e}"),
+            Self::Sequence(why) => write!(f, "protocol error in its sequenced messages: {why}"),
+            Self::LaneLost {
+                component,
+                index,
+                error,
+            } => write!(
+                f,
+                "btl {component}[{index}], one of the modules carrying its ordered messages, \
+                 was closed: {error}"
+            ),
             Self::NoTransport {
                 component,
                 index,
@@ -147,13 +172,13 @@ impl std::error::Error for PeerFailure {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::error::Error as _;
 
     use abi_stable::std_types::RSlice;
     use fireopal_abi::btl::BtlEventSink;
 
-    use super::super::{Completions, Replies, Route, SendError, Sink, TAG_FRAG_NEXT};
+    use super::super::sink::SinkParts;
+    use super::super::{SendError, TAG_FRAG_NEXT};
     use super::*;
 
     #[test]
@@ -214,35 +239,17 @@ mod tests {
     /// route with its kind, once per peer.
     #[test]
     fn the_sink_keeps_what_the_transport_and_the_fragments_said() {
-        let mut handlers = Vec::new();
-        let mut reassembly = HashMap::new();
-        let mut cookies = HashMap::default();
-        let mut outstanding = HashMap::default();
-        let mut completions = Completions::default();
-        let mut failures = Vec::new();
-        let mut routes: Vec<Route> = (0..3).map(|_| Route::default()).collect();
-        let mut replies = Replies::default();
-        let mut epoch = 0;
-        let mut sink = Sink {
-            module: 0,
-            handlers: &mut handlers,
-            replies: &mut replies,
-            failure_epoch: &mut epoch,
-            reassembly: &mut reassembly,
-            cookies: &mut cookies,
-            outstanding: &mut outstanding,
-            completions: &mut completions,
-            failures: &mut failures,
-            routes: &mut routes,
-            panic: None,
-        };
+        let mut parts = SinkParts::new(3);
+        let mut sink = parts.sink(0);
         let bad_frame = PluginError::new(ErrorKind::MALFORMED, "rank 1 sent a bad frame");
         sink.peer_failed(1, bad_frame.clone());
         sink.peer_failed(1, PluginError::new(ErrorKind::PEER_FAILED, "later"));
         let empty = RSlice::from_slice(&[]);
         sink.deliver(2, TAG_FRAG_NEXT, empty, RSlice::from_slice(&[1, 2]));
+        drop(sink);
+        let (failures, routes) = (&parts.failures, &parts.routes);
         assert_eq!(
-            failures,
+            *failures,
             [
                 (1, PeerFailure::Transport(bad_frame.clone())),
                 (2, PeerFailure::Fragments(ReassemblyError::Orphan)),

@@ -33,6 +33,8 @@ pub enum InitError {
     /// The memory monitor asked for cannot run, or a registration cache
     /// parameter has a bad value.
     Memory(crate::memory::MonitorError),
+    /// `bml_sendi` names no policy.
+    BadSendiPolicy(String),
 }
 
 /// The error an [`Exchange`](crate::bootstrap::Exchange) implementation
@@ -88,6 +90,7 @@ impl fmt::Display for InitError {
                 )
             }
             Self::Memory(e) => write!(f, "registration cache: {e}"),
+            Self::BadSendiPolicy(v) => write!(f, "bml_sendi={v}: expected fast or fair"),
         }
     }
 }
@@ -101,6 +104,7 @@ impl std::error::Error for InitError {
             Self::Bootstrap(e) => Some(e),
             Self::BadDirectory { error, .. } => Some(error),
             Self::Memory(e) => Some(e),
+            Self::BadSendiPolicy(_) => None,
         }
     }
 }

@@ -79,8 +79,7 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<SendTicket, SendError> {
-        let i = self.module_for(peer)?;
-        self.send_routed(i, peer, tag, header, payload, Class::Layer)
+        self.send_message(peer, tag, header, payload, Class::Layer)
     }
 
     /// Reads `peer`'s memory into `local` for a layer.

@@ -17,6 +17,11 @@ impl Messenger {
         payload: &[u8],
     ) -> Result<bool, SendError> {
         let i = self.user_route(peer, tag)?;
+        if self.routes[peer as usize].lanes.sequenced {
+            return Ok(self
+                .send_sequenced(peer, tag, header, payload, None)?
+                .is_some());
+        }
         self.sendi_on(i, peer, tag, header, payload)
     }
 

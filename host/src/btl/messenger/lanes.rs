@@ -1,0 +1,398 @@
+//! Several modules to one peer ("lanes"): every module of the best
+//! exclusivity that reaches a peer carries its messages, round robin, and
+//! a sequence number restores their order at the receiver.
+//!
+//! A route with one module sends as it always did. A route with several
+//! (tcp with `btl_tcp_links=N`, or several interfaces) is *sequenced* from
+//! the start: each message, user or layer, eager or fragmented, goes under
+//! the reserved tag [`TAG_SEQUENCED`] with a 5-byte header in front of its
+//! own (its tag and a sequence number per receiver), on the next module in
+//! turn. The receiver delivers a message when its number is the next one
+//! and holds it otherwise, so handlers see each sender's messages in the
+//! order sent whatever module carried them.
+//!
+//! `bml_sendi` chooses how a message tries the modules' immediate send:
+//! `fast` tries `sendi` on the module whose turn it is and falls back to
+//! `send` there; `fair` tries `sendi` on every module, from the one whose
+//! turn it is, before any `send`.
+//!
+//! A module of a sequenced route that closes may take messages with it,
+//! which would leave the receiver waiting for a number that never comes:
+//! the peer fails instead ([`PeerFailure::LaneLost`](super::PeerFailure)),
+//! naming the module. One-sided operations and registrations use the
+//! route's first module.
+
+use std::collections::BTreeMap;
+
+use fireopal_abi::btl::Rank;
+
+use super::{Class, Messenger, PeerFailure, SendError, SendTicket, Sink};
+
+/// Reserved tag of a message carried on a sequenced route.
+pub(super) const TAG_SEQUENCED: u8 = 0xFC;
+/// Bytes the sequence header adds: the message's tag and its number.
+pub(super) const SEQ_HEADER_LEN: usize = 5;
+/// Most messages a receiver holds for one peer while waiting for an
+/// earlier one; a peer past it breaks the protocol.
+const MAX_HELD: usize = 1 << 16;
+/// Headers up to this size are wrapped on the stack.
+const STACK_HEADER: usize = 256;
+
+/// How a message tries the immediate send of a route's modules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendiPolicy {
+    /// `sendi` on the module whose turn it is, then `send` there.
+    Fast,
+    /// `sendi` on every module in turn, then `send` on the first tried.
+    Fair,
+}
+
+impl SendiPolicy {
+    /// The policy a `bml_sendi` value names.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "fast" => Some(Self::Fast),
+            "fair" => Some(Self::Fair),
+            _ => None,
+        }
+    }
+}
+
+/// The sending side of a route's lanes.
+#[derive(Debug, Default)]
+pub(super) struct Lanes {
+    /// Messages carry sequence numbers (the route had several modules).
+    pub(super) sequenced: bool,
+    /// Whose turn it is (an index into the route's modules).
+    next: usize,
+    /// Number of the next message to this peer.
+    seq: u32,
+    /// Messages handed to each module: `(module, count)`.
+    pub(super) sent: Vec<(usize, u64)>,
+}
+
+impl Lanes {
+    pub(super) fn new(modules: &[usize]) -> Self {
+        Lanes {
+            sequenced: modules.len() > 1,
+            next: 0,
+            seq: 0,
+            sent: modules.iter().map(|&m| (m, 0)).collect(),
+        }
+    }
+
+    fn count(&mut self, module: usize) {
+        match self.sent.iter_mut().find(|(m, _)| *m == module) {
+            Some((_, n)) => *n += 1,
+            None => self.sent.push((module, 1)),
+        }
+    }
+}
+
+/// The receiving side for one peer: the next number, and the messages
+/// that came early.
+#[derive(Debug, Default)]
+pub(super) struct Reorder {
+    expected: u32,
+    held: BTreeMap<u32, (u8, Vec<u8>, Vec<u8>)>,
+}
+
+/// What one lane of a route carried, for reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneInfo {
+    /// Component of the module.
+    pub component: String,
+    /// Its index within the component.
+    pub index: usize,
+    /// Its bandwidth attribute, the weight it would have in striping.
+    pub bandwidth_mbps: u32,
+    /// Messages handed to it for this peer so far.
+    pub messages: u64,
+}
+
+impl Messenger {
+    /// Sends a message to `peer` over its route: as is on a route of one
+    /// module, sequenced and round robin on a route of several.
+    pub(super) fn send_message(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        class: Class,
+    ) -> Result<SendTicket, SendError> {
+        let i = self.module_for(peer)?;
+        if !self.routes[peer as usize].lanes.sequenced {
+            return self.send_routed(i, peer, tag, header, payload, class);
+        }
+        self.send_sequenced(peer, tag, header, payload, Some(class))
+            .map(|t| t.unwrap_or(SendTicket::Done))
+    }
+
+    /// A message on a sequenced route. With `class` `None` only `sendi`
+    /// is tried, and `Ok(None)` means nothing was sent.
+    pub(super) fn send_sequenced(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        class: Option<Class>,
+    ) -> Result<Option<SendTicket>, SendError> {
+        let route = &self.routes[peer as usize];
+        let n = route.modules.len();
+        if n == 0 {
+            return Err(SendError::Unreachable(peer));
+        }
+        let turn = route.lanes.next % n;
+        let seq = route.lanes.seq;
+        let mut stack = [0u8; STACK_HEADER];
+        let mut heap = Vec::new();
+        let wrapped: &[u8] = if header.len() + SEQ_HEADER_LEN <= STACK_HEADER {
+            wrap(
+                &mut stack[..header.len() + SEQ_HEADER_LEN],
+                tag,
+                seq,
+                header,
+            );
+            &stack[..header.len() + SEQ_HEADER_LEN]
+        } else {
+            heap.resize(header.len() + SEQ_HEADER_LEN, 0);
+            wrap(&mut heap, tag, seq, header);
+            &heap
+        };
+        let tries = match self.sendi_policy {
+            SendiPolicy::Fast => 1,
+            SendiPolicy::Fair => n,
+        };
+        for k in 0..tries {
+            let i = self.routes[peer as usize].modules[(turn + k) % n];
+            if self.sendi_on(i, peer, TAG_SEQUENCED, wrapped, payload)? {
+                self.sent_on(peer, i, turn);
+                return Ok(Some(SendTicket::Done));
+            }
+        }
+        let Some(class) = class else {
+            return Ok(None);
+        };
+        let i = self.routes[peer as usize].modules[turn];
+        let ticket = self.send_routed(i, peer, TAG_SEQUENCED, wrapped, payload, class)?;
+        self.sent_on(peer, i, turn);
+        Ok(Some(ticket))
+    }
+
+    /// Counts a message that left on module `i`: its number is used, and
+    /// the next message goes on the next module.
+    fn sent_on(&mut self, peer: Rank, i: usize, turn: usize) {
+        let lanes = &mut self.routes[peer as usize].lanes;
+        lanes.seq = lanes.seq.wrapping_add(1);
+        lanes.next = turn + 1;
+        lanes.count(i);
+    }
+
+    /// The lanes to `peer`, with what each carried (one lane: the route's
+    /// single module).
+    pub fn lanes(&self, peer: Rank) -> Vec<LaneInfo> {
+        let Some(route) = self.routes.get(peer as usize) else {
+            return Vec::new();
+        };
+        route
+            .modules
+            .iter()
+            .filter_map(|&i| {
+                let slot = self.slots.get(i)?;
+                let messages = route
+                    .lanes
+                    .sent
+                    .iter()
+                    .find(|(m, _)| *m == i)
+                    .map_or(0, |(_, n)| *n);
+                Some(LaneInfo {
+                    component: slot.component.clone(),
+                    index: slot.index,
+                    bandwidth_mbps: slot.attrs.bandwidth_mbps,
+                    messages,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Writes the sequence header and then `header` into `out`.
+fn wrap(out: &mut [u8], tag: u8, seq: u32, header: &[u8]) {
+    out[0] = tag;
+    out[1..SEQ_HEADER_LEN].copy_from_slice(&seq.to_le_bytes());
+    out[SEQ_HEADER_LEN..].copy_from_slice(header);
+}
+
+impl Sink<'_> {
+    /// A message of a sequenced route: delivered if it is the next one
+    /// (with every held one that follows), held if it came early.
+    pub(super) fn sequenced(&mut self, peer: Rank, header: &[u8], payload: &[u8]) {
+        let Some((&tag, rest)) = header.split_first() else {
+            return self.fail_peer(peer, PeerFailure::Sequence("empty sequence header"));
+        };
+        let Some(seq) = rest
+            .get(..4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_le_bytes)
+        else {
+            return self.fail_peer(peer, PeerFailure::Sequence("short sequence header"));
+        };
+        let inner = &rest[4..];
+        if tag == TAG_SEQUENCED || tag >= super::TAG_FRAG_NEXT {
+            return self.fail_peer(
+                peer,
+                PeerFailure::Sequence("a framing tag inside a sequenced message"),
+            );
+        }
+        let Some(reorder) = self.reorder.get_mut(peer as usize) else {
+            return;
+        };
+        let ahead = seq.wrapping_sub(reorder.expected);
+        if ahead == 0 {
+            reorder.expected = reorder.expected.wrapping_add(1);
+            self.dispatch_now(peer, tag, inner, payload);
+            self.release_held(peer);
+        } else if ahead >= 1 << 31 {
+            self.fail_peer(
+                peer,
+                PeerFailure::Sequence("a sequence number already delivered"),
+            );
+        } else if reorder.held.len() >= MAX_HELD || reorder.held.contains_key(&seq) {
+            self.fail_peer(
+                peer,
+                PeerFailure::Sequence("too many or repeated early messages"),
+            );
+        } else {
+            reorder
+                .held
+                .insert(seq, (tag, inner.to_vec(), payload.to_vec()));
+        }
+    }
+
+    /// Delivers the held messages of `peer` that now come next.
+    fn release_held(&mut self, peer: Rank) {
+        loop {
+            let Some(reorder) = self.reorder.get_mut(peer as usize) else {
+                return;
+            };
+            let Some((tag, header, payload)) = reorder.held.remove(&reorder.expected) else {
+                return;
+            };
+            reorder.expected = reorder.expected.wrapping_add(1);
+            self.dispatch_now(peer, tag, &header, &payload);
+        }
+    }
+}
+
+/// Forgets what was held for `peer` (it failed).
+pub(super) fn forget(reorder: &mut [Reorder], peer: Rank) {
+    if let Some(r) = reorder.get_mut(peer as usize) {
+        r.held.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use abi_stable::std_types::RSlice;
+    use fireopal_abi::btl::BtlEventSink;
+
+    use super::super::sink::SinkParts;
+    use super::*;
+
+    /// A sequenced message of `tag` number `seq` with header `h`.
+    fn sequenced(tag: u8, seq: u32, h: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; SEQ_HEADER_LEN + h.len()];
+        wrap(&mut out, tag, seq, h);
+        out
+    }
+
+    /// What a handler saw: (peer, header, payload) per message.
+    type Seen = Rc<RefCell<Vec<(Rank, Vec<u8>, Vec<u8>)>>>;
+
+    /// Parts whose handler of tag 7 records what it sees.
+    fn recording() -> (SinkParts, Seen) {
+        let mut parts = SinkParts::new(3);
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let log = Rc::clone(&seen);
+        parts.handlers[7] = Some(Box::new(move |m, _| {
+            log.borrow_mut()
+                .push((m.peer, m.header.to_vec(), m.payload.to_vec()))
+        }));
+        (parts, seen)
+    }
+
+    #[test]
+    fn messages_are_handed_over_in_their_senders_order() {
+        let (mut parts, seen) = recording();
+        let mut sink = parts.sink(1);
+        // Peer 1 sends 0..6; they arrive over two lanes as 1, 3, 0, 2, 5, 4.
+        for seq in [1u32, 3, 0, 2, 5, 4] {
+            let h = sequenced(7, seq, &[seq as u8]);
+            let p = [0xA0 | seq as u8; 3];
+            sink.deliver(
+                1,
+                TAG_SEQUENCED,
+                RSlice::from_slice(&h),
+                RSlice::from_slice(&p),
+            );
+        }
+        // Peer 2's numbers are its own.
+        let h = sequenced(7, 0, b"x");
+        sink.deliver(
+            2,
+            TAG_SEQUENCED,
+            RSlice::from_slice(&h),
+            RSlice::from_slice(&[]),
+        );
+        drop(sink);
+        let got: Vec<(Rank, Vec<u8>)> = seen
+            .borrow()
+            .iter()
+            .map(|(peer, h, _)| (*peer, h.clone()))
+            .collect();
+        let want: Vec<(Rank, Vec<u8>)> = (0..6u8)
+            .map(|s| (1, vec![s]))
+            .chain([(2, b"x".to_vec())])
+            .collect();
+        assert_eq!(got, want);
+        assert!(seen.borrow()[..6]
+            .iter()
+            .enumerate()
+            .all(|(s, (_, _, p))| *p == [0xA0 | s as u8; 3]));
+        assert!(parts.failures.is_empty());
+    }
+
+    #[test]
+    fn a_peer_that_breaks_the_sequence_fails_with_why() {
+        let (mut parts, seen) = recording();
+        let mut sink = parts.sink(0);
+        let empty = RSlice::from_slice(&[]);
+        // A number already delivered.
+        for seq in [0u32, 0] {
+            let h = sequenced(7, seq, &[]);
+            sink.deliver(1, TAG_SEQUENCED, RSlice::from_slice(&h), empty);
+        }
+        // A header too short to hold a number.
+        sink.deliver(2, TAG_SEQUENCED, RSlice::from_slice(&[7, 0]), empty);
+        drop(sink);
+        assert_eq!(seen.borrow().len(), 1);
+        let failed: Vec<Rank> = parts.failures.iter().map(|(p, _)| *p).collect();
+        assert_eq!(failed, [1, 2]);
+        assert!(parts
+            .failures
+            .iter()
+            .all(|(_, f)| matches!(f, PeerFailure::Sequence(_))));
+    }
+
+    #[test]
+    fn policies_parse_from_their_names() {
+        assert_eq!(SendiPolicy::parse("fast"), Some(SendiPolicy::Fast));
+        assert_eq!(SendiPolicy::parse("fair"), Some(SendiPolicy::Fair));
+        assert_eq!(SendiPolicy::parse("round"), None);
+    }
+}

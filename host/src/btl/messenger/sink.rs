@@ -1,0 +1,210 @@
+//! The host side of a module's `progress` call: messages handed to their
+//! handlers (reassembled from fragments, put back in order on a route of
+//! several modules), completions counted against their sends, and peers
+//! the module reports failed.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use abi_stable::std_types::{RResult, RSlice};
+use fireopal_abi::btl::{BtlEventSink, Rank};
+use fireopal_abi::PluginError;
+use fireopal_core::id_hash::IdHash;
+use fireopal_core::wire::am::{Reassembled, Reassembly};
+
+use super::layered::Completions;
+use super::{
+    lanes, Handler, Incoming, Outstanding, PeerFailure, Replies, Route, SendError, SendId,
+    MAX_MESSAGE, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
+};
+
+/// The host side of a module's `progress` call.
+pub(super) struct Sink<'a> {
+    pub(super) module: usize,
+    pub(super) handlers: &'a mut Vec<Option<Handler>>,
+    pub(super) replies: &'a mut Replies,
+    pub(super) failure_epoch: &'a mut u64,
+    pub(super) reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
+    pub(super) cookies: &'a mut HashMap<u64, (SendId, usize), IdHash>,
+    pub(super) outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
+    pub(super) completions: &'a mut Completions,
+    pub(super) failures: &'a mut Vec<(Rank, PeerFailure)>,
+    pub(super) routes: &'a mut Vec<Route>,
+    pub(super) reorder: &'a mut Vec<lanes::Reorder>,
+    pub(super) panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// Counts one part of send `id` as done, with `status`; the send
+/// completes, with its first error, when its last part does.
+pub(super) fn complete_part(
+    outstanding: &mut HashMap<SendId, Outstanding, IdHash>,
+    completions: &mut Completions,
+    id: SendId,
+    status: Result<(), SendError>,
+) {
+    let Some(o) = outstanding.get_mut(&id) else {
+        return;
+    };
+    if let Err(e) = status {
+        o.error.get_or_insert(e);
+    }
+    o.parts_left = o.parts_left.saturating_sub(1);
+    if o.parts_left == 0 {
+        if let Some(o) = outstanding.remove(&id) {
+            completions.push(o.id, o.error.map_or(Ok(()), Err));
+        }
+    }
+}
+
+impl Sink<'_> {
+    fn dispatch(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        if tag == lanes::TAG_SEQUENCED {
+            return self.sequenced(peer, header, payload);
+        }
+        self.dispatch_now(peer, tag, header, payload);
+    }
+
+    /// Runs the handler of `tag`.
+    pub(super) fn dispatch_now(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        if self.panic.is_some() {
+            return;
+        }
+        let Some(Some(handler)) = self.handlers.get_mut(usize::from(tag)) else {
+            return;
+        };
+        let msg = Incoming {
+            peer,
+            tag,
+            header,
+            payload,
+        };
+        // A panic must not unwind into the module's frames (it would abort
+        // the process): keep it and resume once the module has returned.
+        let replies = &mut *self.replies;
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| handler(&msg, replies))) {
+            self.panic = Some(p);
+        }
+    }
+
+    pub(super) fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
+        lanes::forget(self.reorder, peer);
+        if let Some(r) = self.routes.get_mut(peer as usize) {
+            if r.failed.is_none() {
+                r.failed = Some(Box::new(failure.clone()));
+                *self.failure_epoch += 1;
+                self.failures.push((peer, failure));
+            }
+        }
+    }
+
+    fn complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
+        let Some((id, _)) = self.cookies.remove(&cookie) else {
+            return;
+        };
+        complete_part(
+            self.outstanding,
+            self.completions,
+            id,
+            status.map_err(SendError::Module),
+        );
+    }
+}
+
+impl BtlEventSink for Sink<'_> {
+    fn deliver(&mut self, peer: Rank, tag: u8, header: RSlice<'_, u8>, payload: RSlice<'_, u8>) {
+        let key = (self.module, peer);
+        let step = match tag {
+            TAG_FRAG_FIRST => self.reassembly.entry(key).or_default().first(
+                header.as_slice(),
+                payload.as_slice(),
+                MAX_MESSAGE,
+            ),
+            TAG_FRAG_NEXT => self
+                .reassembly
+                .entry(key)
+                .or_default()
+                .next(payload.as_slice()),
+            _ => {
+                self.dispatch(peer, tag, header.as_slice(), payload.as_slice());
+                return;
+            }
+        };
+        match step {
+            Ok(Reassembled::Partial) => {}
+            Ok(Reassembled::Complete(tag, h, p)) => {
+                self.reassembly.remove(&key);
+                self.dispatch(peer, tag, &h, &p);
+            }
+            Err(e) => {
+                self.reassembly.remove(&key);
+                self.fail_peer(peer, PeerFailure::Fragments(e));
+            }
+        }
+    }
+
+    fn send_complete(&mut self, cookie: u64, status: RResult<(), PluginError>) {
+        self.complete(cookie, status.into_result());
+    }
+
+    fn rdma_complete(&mut self, cookie: u64, status: RResult<(), PluginError>) {
+        self.complete(cookie, status.into_result());
+    }
+
+    fn peer_failed(&mut self, peer: Rank, error: PluginError) {
+        self.fail_peer(peer, PeerFailure::Transport(error));
+    }
+}
+
+/// What a [`Sink`] borrows, owned, for tests that drive one by hand.
+#[cfg(test)]
+pub(super) struct SinkParts {
+    pub(super) handlers: Vec<Option<Handler>>,
+    pub(super) reassembly: HashMap<(usize, Rank), Reassembly>,
+    pub(super) cookies: HashMap<u64, (SendId, usize), IdHash>,
+    pub(super) outstanding: HashMap<SendId, Outstanding, IdHash>,
+    pub(super) completions: Completions,
+    pub(super) failures: Vec<(Rank, PeerFailure)>,
+    pub(super) routes: Vec<Route>,
+    pub(super) replies: Replies,
+    pub(super) epoch: u64,
+    pub(super) reorder: Vec<lanes::Reorder>,
+}
+
+#[cfg(test)]
+impl SinkParts {
+    /// Nothing yet, for a job of `peers` ranks.
+    pub(super) fn new(peers: usize) -> Self {
+        let mut handlers = Vec::new();
+        handlers.resize_with(256, || None);
+        SinkParts {
+            handlers,
+            reassembly: HashMap::new(),
+            cookies: HashMap::default(),
+            outstanding: HashMap::default(),
+            completions: Completions::default(),
+            failures: Vec::new(),
+            routes: (0..peers).map(|_| Route::default()).collect(),
+            replies: Replies::default(),
+            epoch: 0,
+            reorder: (0..peers).map(|_| lanes::Reorder::default()).collect(),
+        }
+    }
+
+    /// The sink of module `module` over these parts.
+    pub(super) fn sink(&mut self, module: usize) -> Sink<'_> {
+        Sink {
+            module,
+            handlers: &mut self.handlers,
+            replies: &mut self.replies,
+            failure_epoch: &mut self.epoch,
+            reassembly: &mut self.reassembly,
+            cookies: &mut self.cookies,
+            outstanding: &mut self.outstanding,
+            completions: &mut self.completions,
+            failures: &mut self.failures,
+            routes: &mut self.routes,
+            reorder: &mut self.reorder,
+            panic: None,
+        }
+    }
+}
