@@ -201,8 +201,11 @@ struct Route {
     /// Boxed: every send reads this route, and the cold failure record
     /// would otherwise spread it over more cache lines.
     failed: Option<Box<PeerFailure>>,
-    /// Round robin and sequence numbers over several modules.
-    lanes: lanes::Lanes,
+    /// Messages carry sequence numbers (the route had several modules).
+    sequenced: bool,
+    /// Round robin and sequence numbers over several modules; boxed, as
+    /// a route of one module never reads it.
+    lanes: Box<lanes::Lanes>,
 }
 
 /// A send split into several module operations.
@@ -380,7 +383,8 @@ impl Messenger {
                 });
                 let modules = failover::best_tier(&slots, &mods);
                 Route {
-                    lanes: lanes::Lanes::new(&modules),
+                    sequenced: modules.len() > 1,
+                    lanes: Box::new(lanes::Lanes::new(&modules)),
                     modules,
                     candidates: mods,
                     failed: None,
@@ -514,6 +518,7 @@ impl Messenger {
         }
     }
 
+    #[inline]
     fn module_for(&self, peer: Rank) -> Result<usize, SendError> {
         let route = self
             .routes

@@ -219,7 +219,7 @@ impl Messenger {
                 continue;
             }
             let peer = Rank::try_from(peer).unwrap_or(Rank::MAX);
-            if route.lanes.sequenced {
+            if route.sequenced {
                 // Messages on the closed module may be lost: the order to
                 // this peer cannot go on.
                 lost += 1;

@@ -61,8 +61,6 @@ impl SendiPolicy {
 /// The sending side of a route's lanes.
 #[derive(Debug, Default)]
 pub(super) struct Lanes {
-    /// Messages carry sequence numbers (the route had several modules).
-    pub(super) sequenced: bool,
     /// Whose turn it is (an index into the route's modules).
     next: usize,
     /// Number of the next message to this peer.
@@ -74,7 +72,6 @@ pub(super) struct Lanes {
 impl Lanes {
     pub(super) fn new(modules: &[usize]) -> Self {
         Lanes {
-            sequenced: modules.len() > 1,
             next: 0,
             seq: 0,
             sent: modules.iter().map(|&m| (m, 0)).collect(),
@@ -113,6 +110,7 @@ pub struct LaneInfo {
 impl Messenger {
     /// Sends a message to `peer` over its route: as is on a route of one
     /// module, sequenced and round robin on a route of several.
+    #[inline]
     pub(super) fn send_message(
         &mut self,
         peer: Rank,
@@ -121,8 +119,18 @@ impl Messenger {
         payload: &[u8],
         class: Class,
     ) -> Result<SendTicket, SendError> {
-        let i = self.module_for(peer)?;
-        if !self.routes[peer as usize].lanes.sequenced {
+        let route = self
+            .routes
+            .get(peer as usize)
+            .ok_or(SendError::NoSuchPeer(peer))?;
+        if let Some(failure) = &route.failed {
+            return Err(SendError::PeerFailed {
+                peer,
+                failure: PeerFailure::clone(failure),
+            });
+        }
+        if !route.sequenced {
+            let i = *route.modules.first().ok_or(SendError::Unreachable(peer))?;
             return self.send_routed(i, peer, tag, header, payload, class);
         }
         self.send_sequenced(peer, tag, header, payload, Some(class))

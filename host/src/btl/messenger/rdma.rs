@@ -17,7 +17,7 @@ impl Messenger {
         payload: &[u8],
     ) -> Result<bool, SendError> {
         let i = self.user_route(peer, tag)?;
-        if self.routes[peer as usize].lanes.sequenced {
+        if self.routes[peer as usize].sequenced {
             return Ok(self
                 .send_sequenced(peer, tag, header, payload, None)?
                 .is_some());

@@ -57,6 +57,7 @@ pub(super) fn complete_part(
 }
 
 impl Sink<'_> {
+    #[inline]
     fn dispatch(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
         if tag == lanes::TAG_SEQUENCED {
             return self.sequenced(peer, header, payload);
@@ -65,6 +66,7 @@ impl Sink<'_> {
     }
 
     /// Runs the handler of `tag`.
+    #[inline]
     pub(super) fn dispatch_now(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
         if self.panic.is_some() {
             return;
