@@ -17,6 +17,7 @@ use fireopal_abi::btl::{
     SendiOutcome,
 };
 use fireopal_abi::host::Host;
+use fireopal_abi::param::ParamValue;
 use fireopal_abi::PluginError;
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::regcache::GetError;
@@ -29,7 +30,7 @@ use crate::plugin::{Framework, Registry};
 
 /// Tags from here up belong to the framework.
 pub const FIRST_RESERVED_TAG: u8 = 0xF0;
-const TAG_FRAG_FIRST: u8 = 0xFF;
+pub(super) const TAG_FRAG_FIRST: u8 = 0xFF;
 pub(super) const TAG_FRAG_NEXT: u8 = 0xFE;
 /// Bootstrap key of each process's module directory.
 const DIRECTORY_KEY: &str = "btl-directory";
@@ -241,6 +242,9 @@ pub struct Messenger {
     registrations: registrations::Registrations,
     /// How a message tries the immediate sends of several modules.
     sendi_policy: SendiPolicy,
+    /// Smallest piece of a message striped over several modules (0: none
+    /// is).
+    stripe_min: usize,
     /// Per peer, the messages of a sequenced route that came early.
     reorder: Vec<lanes::Reorder>,
     /// The host's log, for modules that fail.
@@ -281,6 +285,12 @@ impl Messenger {
         let registrations = registrations::Registrations::new(slots.len(), registry.params())
             .map_err(InitError::Memory)?;
         let policy = registry.params().str_value("bml_sendi").unwrap_or("fast");
+        let stripe_min = match registry.params().value("bml_stripe_min") {
+            Some(ParamValue::Size(v) | ParamValue::UInt(v)) => {
+                usize::try_from(*v).unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        };
         let sendi_policy = SendiPolicy::parse(policy)
             .ok_or_else(|| InitError::BadSendiPolicy(policy.to_owned()))?;
         let entries: Vec<DirectoryEntry<'_>> = slots
@@ -420,6 +430,7 @@ impl Messenger {
             live_buffers: Vec::new(),
             registrations,
             sendi_policy,
+            stripe_min,
             reorder: (0..size).map(|_| lanes::Reorder::default()).collect(),
             log,
         };
@@ -535,6 +546,16 @@ impl Messenger {
             .first()
             .copied()
             .ok_or(SendError::Unreachable(peer))
+    }
+
+    /// Marks the route to `peer` failed (once).
+    fn fail_route(&mut self, peer: Rank, failure: PeerFailure) {
+        if let Some(r) = self.routes.get_mut(peer as usize) {
+            if r.failed.is_none() {
+                r.failed = Some(Box::new(failure));
+                self.failure_epoch += 1;
+            }
+        }
     }
 
     /// Sends an active message. Tries `sendi`, then `send`; splits messages
@@ -752,12 +773,7 @@ impl Messenger {
                 }
                 Err(e) => {
                     // The peer now holds a partial message; it is unusable.
-                    if let Some(r) = self.routes.get_mut(peer as usize) {
-                        if r.failed.is_none() {
-                            r.failed = Some(Box::new(PeerFailure::FragmentedSend(e.clone())));
-                            self.failure_epoch += 1;
-                        }
-                    }
+                    self.fail_route(peer, PeerFailure::FragmentedSend(e.clone()));
                     result = Err(SendError::Module(e));
                     break;
                 }

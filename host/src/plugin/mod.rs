@@ -389,6 +389,11 @@ impl Registry {
                 "with several modules to a peer: fast tries the immediate send on the module whose turn it is, then a queued send there; fair tries it on every module first",
             ),
             ParamSpec::new(
+                "bml_stripe_min",
+                ParamValue::Size(128 << 10),
+                "with several modules to a peer: smallest piece of a message striped over them in proportion to their bandwidth (a message under twice this goes whole on one); 0 stripes nothing",
+            ),
+            ParamSpec::new(
                 "warn_unknown_params",
                 ParamValue::Bool(true),
                 "warn (on rank 0) about --param names and FIREOPAL_* variables that no loaded component has",

@@ -26,7 +26,14 @@ use std::collections::BTreeMap;
 
 use fireopal_abi::btl::Rank;
 
-use super::{Class, Messenger, PeerFailure, SendError, SendTicket, Sink};
+use abi_stable::std_types::RSlice;
+use fireopal_abi::btl::Completion;
+use fireopal_core::wire::am::FirstFragment;
+
+use super::{
+    Class, Messenger, Outstanding, PeerFailure, SendError, SendTicket, Sink, TAG_FRAG_FIRST,
+    TAG_FRAG_NEXT,
+};
 
 /// Reserved tag of a message carried on a sequenced route.
 pub(super) const TAG_SEQUENCED: u8 = 0xFC;
@@ -37,6 +44,9 @@ pub(super) const SEQ_HEADER_LEN: usize = 5;
 const MAX_HELD: usize = 1 << 16;
 /// Headers up to this size are wrapped on the stack.
 const STACK_HEADER: usize = 256;
+/// The reassembly stream of a sequenced route's striped messages (module
+/// streams are numbered from 0).
+pub(super) const STRIPED: usize = usize::MAX;
 
 /// How a message tries the immediate send of a route's modules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +143,9 @@ impl Messenger {
             let i = *route.modules.first().ok_or(SendError::Unreachable(peer))?;
             return self.send_routed(i, peer, tag, header, payload, class);
         }
+        if self.stripe_min > 0 && payload.len() >= 2 * self.stripe_min && route.modules.len() > 1 {
+            return self.send_striped(peer, tag, header, payload, class);
+        }
         self.send_sequenced(peer, tag, header, payload, Some(class))
             .map(|t| t.unwrap_or(SendTicket::Done))
     }
@@ -189,6 +202,131 @@ impl Messenger {
         Ok(Some(ticket))
     }
 
+    /// A large message on a sequenced route, striped: cut into pieces
+    /// sent on the lanes in turn, each lane's piece in proportion to its
+    /// bandwidth attribute and at least `bml_stripe_min` bytes. Each piece
+    /// is a sequenced message of its own (the first carrying the message's
+    /// tag, header and length), so the receiver's reordering hands them to
+    /// one reassembly in order.
+    fn send_striped(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        class: Class,
+    ) -> Result<SendTicket, SendError> {
+        let route = &self.routes[peer as usize];
+        let n = route.modules.len();
+        let turn = route.lanes.next % n;
+        let lanes: Vec<usize> = (0..n).map(|k| route.modules[(turn + k) % n]).collect();
+        let header_len = u16::try_from(header.len()).map_err(|_| SendError::HeaderTooLong {
+            len: header.len(),
+            max: usize::from(u16::MAX),
+        })?;
+        let mut first = FirstFragment {
+            tag,
+            header_len,
+            payload_len: payload.len() as u64,
+        }
+        .encode()
+        .to_vec();
+        first.extend_from_slice(header);
+        // The largest piece every lane takes in one send.
+        let room = lanes
+            .iter()
+            .map(|&i| {
+                let a = &self.slots[i].attrs;
+                if SEQ_HEADER_LEN + first.len() > a.max_header_size as usize {
+                    0
+                } else {
+                    usize::try_from(a.max_send_size)
+                        .unwrap_or(usize::MAX)
+                        .saturating_sub(SEQ_HEADER_LEN + first.len())
+                }
+            })
+            .min()
+            .unwrap_or(0);
+        if room == 0 {
+            return Err(SendError::HeaderTooLong {
+                len: header.len(),
+                max: 0,
+            });
+        }
+        let weights: Vec<u64> = lanes
+            .iter()
+            .map(|&i| u64::from(self.slots[i].attrs.bandwidth_mbps.max(1)))
+            .collect();
+        let pieces = stripe(payload.len(), &weights, self.stripe_min, room);
+        let id = self.next_id(class);
+        let mut parts = 0usize;
+        let mut offset = 0usize;
+        for (k, &(lane, len)) in pieces.iter().enumerate() {
+            let i = lanes[lane];
+            let seq = self.routes[peer as usize].lanes.seq;
+            let (inner, hdr): (u8, &[u8]) = if k == 0 {
+                (TAG_FRAG_FIRST, &first)
+            } else {
+                (TAG_FRAG_NEXT, &[])
+            };
+            let mut wrapped = vec![0u8; SEQ_HEADER_LEN + hdr.len()];
+            wrap(&mut wrapped, inner, seq, hdr);
+            let piece = &payload[offset..offset + len];
+            let cookie = self.next_cookie;
+            let slot = &mut self.slots[i];
+            slot.active = true;
+            let sent = slot
+                .module
+                .send(
+                    peer,
+                    TAG_SEQUENCED,
+                    RSlice::from_slice(&wrapped),
+                    RSlice::from_slice(piece),
+                    cookie,
+                )
+                .into_result();
+            match sent {
+                Ok(Completion::Done) => {}
+                Ok(Completion::Pending) => {
+                    self.next_cookie += 1;
+                    self.cookies.insert(cookie, (id, i));
+                    parts += 1;
+                }
+                Err(e) if k == 0 => return Err(SendError::Module(e)),
+                Err(e) => {
+                    // The peer holds part of the message: the stream to it
+                    // cannot go on.
+                    self.fail_route(peer, PeerFailure::FragmentedSend(e.clone()));
+                    if parts > 0 {
+                        self.outstanding.insert(
+                            id,
+                            Outstanding {
+                                id,
+                                parts_left: parts,
+                                error: Some(SendError::Module(e.clone())),
+                            },
+                        );
+                    }
+                    return Err(SendError::Module(e));
+                }
+            }
+            self.sent_on(peer, i, turn + lane);
+            offset += len;
+        }
+        if parts == 0 {
+            return Ok(SendTicket::Done);
+        }
+        self.outstanding.insert(
+            id,
+            Outstanding {
+                id,
+                parts_left: parts,
+                error: None,
+            },
+        );
+        Ok(SendTicket::Pending(id))
+    }
+
     /// Counts a message that left on module `i`: its number is used, and
     /// the next message goes on the next module.
     fn sent_on(&mut self, peer: Rank, i: usize, turn: usize) {
@@ -226,6 +364,35 @@ impl Messenger {
     }
 }
 
+/// The pieces of a striped message of `len` bytes over lanes of these
+/// `weights` (in the order they take turns): `(lane, bytes)` in message
+/// order. Each lane's share is in proportion to its weight; no share is
+/// under `min` bytes, so a smaller message uses fewer lanes; a share over
+/// `room` goes in several pieces on its lane.
+pub(super) fn stripe(len: usize, weights: &[u64], min: usize, room: usize) -> Vec<(usize, usize)> {
+    let (min, room) = (min.max(1), room.max(1));
+    let lanes = weights.len().clamp(1, (len / min).max(1));
+    let used = &weights[..lanes];
+    let total: u128 = used.iter().map(|&w| u128::from(w.max(1))).sum();
+    let mut pieces = Vec::new();
+    let mut given = 0usize;
+    for (lane, &w) in used.iter().enumerate() {
+        let share = if lane + 1 == lanes {
+            len - given
+        } else {
+            ((len as u128 * u128::from(w.max(1))) / total) as usize
+        };
+        given += share;
+        let mut left = share;
+        while left > 0 {
+            let piece = left.min(room);
+            pieces.push((lane, piece));
+            left -= piece;
+        }
+    }
+    pieces
+}
+
 /// Writes the sequence header and then `header` into `out`.
 fn wrap(out: &mut [u8], tag: u8, seq: u32, header: &[u8]) {
     out[0] = tag;
@@ -248,11 +415,9 @@ impl Sink<'_> {
             return self.fail_peer(peer, PeerFailure::Sequence("short sequence header"));
         };
         let inner = &rest[4..];
-        if tag == TAG_SEQUENCED || tag >= super::TAG_FRAG_NEXT {
-            return self.fail_peer(
-                peer,
-                PeerFailure::Sequence("a framing tag inside a sequenced message"),
-            );
+        if tag == TAG_SEQUENCED {
+            let why = "a sequenced message inside another";
+            return self.fail_peer(peer, PeerFailure::Sequence(why));
         }
         let Some(reorder) = self.reorder.get_mut(peer as usize) else {
             return;
@@ -260,7 +425,7 @@ impl Sink<'_> {
         let ahead = seq.wrapping_sub(reorder.expected);
         if ahead == 0 {
             reorder.expected = reorder.expected.wrapping_add(1);
-            self.dispatch_now(peer, tag, inner, payload);
+            self.in_order(peer, tag, inner, payload);
             self.release_held(peer);
         } else if ahead >= 1 << 31 {
             self.fail_peer(
@@ -289,7 +454,17 @@ impl Sink<'_> {
                 return;
             };
             reorder.expected = reorder.expected.wrapping_add(1);
-            self.dispatch_now(peer, tag, &header, &payload);
+            self.in_order(peer, tag, &header, &payload);
+        }
+    }
+
+    /// The next message of a sequenced route: a piece of a striped
+    /// message goes to its reassembly, anything else to its handler.
+    fn in_order(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        if tag == TAG_FRAG_FIRST || tag == TAG_FRAG_NEXT {
+            self.reassemble(STRIPED, peer, tag, header, payload);
+        } else {
+            self.dispatch_now(peer, tag, header, payload);
         }
     }
 }
@@ -395,6 +570,76 @@ mod tests {
             .failures
             .iter()
             .all(|(_, f)| matches!(f, PeerFailure::Sequence(_))));
+    }
+
+    #[test]
+    fn stripes_follow_the_weights_the_minimum_and_the_room() {
+        // Equal lanes share equally; the last takes the remainder.
+        assert_eq!(stripe(1000, &[1, 1], 100, 1 << 20), [(0, 500), (1, 500)]);
+        assert_eq!(
+            stripe(1001, &[1, 1, 1], 100, 1 << 20),
+            [(0, 333), (1, 333), (2, 335)]
+        );
+        // A lane of three times the bandwidth takes three quarters.
+        assert_eq!(
+            stripe(4000, &[3000, 1000], 100, 1 << 20),
+            [(0, 3000), (1, 1000)]
+        );
+        // Too small for every lane: only as many as the minimum allows.
+        assert_eq!(
+            stripe(250, &[1, 1, 1, 1], 100, 1 << 20),
+            [(0, 125), (1, 125)]
+        );
+        assert_eq!(stripe(99, &[1, 1], 100, 1 << 20), [(0, 99)]);
+        // A share over the room goes in several pieces on its lane.
+        assert_eq!(
+            stripe(1000, &[1, 1], 100, 300),
+            [(0, 300), (0, 200), (1, 300), (1, 200)]
+        );
+        // Every byte is given, whatever the weights.
+        for len in [1usize, 777, 1 << 20, (4 << 20) + 3] {
+            let total: usize = stripe(len, &[10_000, 1, 2_500, 7], 4096, 1 << 18)
+                .iter()
+                .map(|&(_, n)| n)
+                .sum();
+            assert_eq!(total, len);
+        }
+    }
+
+    #[test]
+    fn a_striped_message_is_reassembled_from_its_pieces_in_order() {
+        let (mut parts, seen) = recording();
+        let mut sink = parts.sink(0);
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let mut first = FirstFragment {
+            tag: 7,
+            header_len: 2,
+            payload_len: 1000,
+        }
+        .encode()
+        .to_vec();
+        first.extend_from_slice(b"hd");
+        // Pieces 0..3 of the message (numbers 0..3), arriving 2, 0, 3, 1.
+        let pieces = [(0u32, 0..400), (1, 400..700), (2, 700..900), (3, 900..1000)];
+        for k in [2usize, 0, 3, 1] {
+            let (seq, range) = pieces[k].clone();
+            let (tag, hdr): (u8, &[u8]) = if seq == 0 {
+                (TAG_FRAG_FIRST, &first)
+            } else {
+                (TAG_FRAG_NEXT, &[])
+            };
+            let h = sequenced(tag, seq, hdr);
+            let p = &payload[range];
+            sink.deliver(
+                1,
+                TAG_SEQUENCED,
+                RSlice::from_slice(&h),
+                RSlice::from_slice(p),
+            );
+        }
+        drop(sink);
+        assert!(parts.failures.is_empty(), "{:?}", parts.failures);
+        assert_eq!(*seen.borrow(), [(1, b"hd".to_vec(), payload)]);
     }
 
     #[test]

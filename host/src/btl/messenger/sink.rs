@@ -57,6 +57,41 @@ pub(super) fn complete_part(
 }
 
 impl Sink<'_> {
+    /// A fragment of a message from `peer`, on the stream `stream` (a
+    /// module, or [`lanes::STRIPED`] for the pieces of a sequenced route):
+    /// handed on once the message is whole.
+    pub(super) fn reassemble(
+        &mut self,
+        stream: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) {
+        let key = (stream, peer);
+        let assembly = self.reassembly.entry(key).or_default();
+        let step = if tag == TAG_FRAG_FIRST {
+            assembly.first(header, payload, MAX_MESSAGE)
+        } else {
+            assembly.next(payload)
+        };
+        match step {
+            Ok(Reassembled::Partial) => {}
+            Ok(Reassembled::Complete(tag, h, p)) => {
+                self.reassembly.remove(&key);
+                if stream == lanes::STRIPED && tag == lanes::TAG_SEQUENCED {
+                    let why = "a sequenced message inside a striped one";
+                    return self.fail_peer(peer, PeerFailure::Sequence(why));
+                }
+                self.dispatch(peer, tag, &h, &p);
+            }
+            Err(e) => {
+                self.reassembly.remove(&key);
+                self.fail_peer(peer, PeerFailure::Fragments(e));
+            }
+        }
+    }
+
     #[inline]
     fn dispatch(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
         if tag == lanes::TAG_SEQUENCED {
@@ -114,34 +149,11 @@ impl Sink<'_> {
 
 impl BtlEventSink for Sink<'_> {
     fn deliver(&mut self, peer: Rank, tag: u8, header: RSlice<'_, u8>, payload: RSlice<'_, u8>) {
-        let key = (self.module, peer);
-        let step = match tag {
-            TAG_FRAG_FIRST => self.reassembly.entry(key).or_default().first(
-                header.as_slice(),
-                payload.as_slice(),
-                MAX_MESSAGE,
-            ),
-            TAG_FRAG_NEXT => self
-                .reassembly
-                .entry(key)
-                .or_default()
-                .next(payload.as_slice()),
-            _ => {
-                self.dispatch(peer, tag, header.as_slice(), payload.as_slice());
-                return;
-            }
-        };
-        match step {
-            Ok(Reassembled::Partial) => {}
-            Ok(Reassembled::Complete(tag, h, p)) => {
-                self.reassembly.remove(&key);
-                self.dispatch(peer, tag, &h, &p);
-            }
-            Err(e) => {
-                self.reassembly.remove(&key);
-                self.fail_peer(peer, PeerFailure::Fragments(e));
-            }
+        let (header, payload) = (header.as_slice(), payload.as_slice());
+        if tag == TAG_FRAG_FIRST || tag == TAG_FRAG_NEXT {
+            return self.reassemble(self.module, peer, tag, header, payload);
         }
+        self.dispatch(peer, tag, header, payload);
     }
 
     fn send_complete(&mut self, cookie: u64, status: RResult<(), PluginError>) {
