@@ -52,13 +52,13 @@ const STALL: Duration = Duration::from_secs(30);
 
 pub(super) const SYNOPSIS: &str = "\
 fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
-        [--json] [--quick] [--param name=value]...
+        [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick] [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
-               [--json] [--quick] [--param name=value]...
+               [--sizes N,...] [--json] [--quick] [--param name=value]...
        fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick]
                [--param name=value]...
        fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick]
@@ -76,8 +76,8 @@ or alone to reach this process itself.
   --from SOURCE         pingpong only: where messages above the eager limit
                         are sent from: auto (default), buffer, heap, user,
                         copy or registered
-  --sizes N[,N]...      p2p only: these message sizes in bytes, not the
-                        default 0 B to 4 MiB
+  --sizes N[,N]...      pingpong and p2p: these message sizes in bytes,
+                        not the default 0 B to 4 MiB
   --rounds N            registration only: alternated rounds (default 5)
   --json                print the results as JSON
   --quick               fewer iterations, to check that it runs
@@ -162,7 +162,7 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--quick") => b.quick = true,
             Arg::Opt("--btl") => btl = Some(it.value()?.to_owned()),
             Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
-            Arg::Opt("--sizes") if kind == Kind::P2p => {
+            Arg::Opt("--sizes") if matches!(kind, Kind::P2p | Kind::PingPong) => {
                 let v = it.value()?;
                 let sizes: Option<Vec<usize>> =
                     v.split(',').map(|n| n.trim().parse().ok()).collect();
@@ -219,7 +219,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         Err(stop) => return stop.exit("fireopal bench", USAGE),
     };
     let done = match b.kind {
-        Kind::PingPong => run(&b.common, b.json, b.quick, b.from),
+        Kind::PingPong => run(&b.common, b.json, b.quick, b.from, b.sizes.as_deref()),
         Kind::P2p => p2p::run(&b.common, b.json, b.quick, b.sizes.as_deref()),
         Kind::Registration => registration::run(&b.common, b.json, b.quick, b.rounds),
         Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick),
@@ -270,7 +270,14 @@ fn open_pair(common: &CommonArgs, what: &str) -> Result<Pair, Failure> {
     })
 }
 
-fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), Failure> {
+fn run(
+    common: &CommonArgs,
+    json: bool,
+    quick: bool,
+    from: From,
+    only: Option<&[usize]>,
+) -> Result<(), Failure> {
+    let sizes = only.unwrap_or(&SIZES);
     let Pair {
         mut boot,
         registry,
@@ -288,7 +295,7 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), F
 
     let pings = Rc::new(Cell::new(0u64));
     let acks = Rc::new(Cell::new(0u64));
-    let largest = SIZES.iter().copied().max().unwrap_or(0);
+    let largest = sizes.iter().copied().max().unwrap_or(0);
     {
         let pings = Rc::clone(&pings);
         // Received bytes land in a user buffer, as MPI_Recv puts them, so
@@ -369,7 +376,7 @@ fn run(common: &CommonArgs, json: bool, quick: bool, from: From) -> Result<(), F
     // dropped: both sides finish their setup before the first one leaves.
     boot.barrier().map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
-    for &n in &SIZES {
+    for &n in sizes {
         let (iters, warmup) = latency_iterations(n, quick);
         let t = pingpong(&mut p, rank, size, peer, &source, n, iters, warmup, &pings)?;
         let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);

@@ -1,15 +1,18 @@
-//! Two network namespaces joined by a veth pair, made by the test itself
+//! Two network namespaces joined by veth pairs, made by the test itself
 //! and removed when dropped, so that a job can span two "hosts" on one
-//! machine without touching the machine's own network.
+//! machine without touching the machine's own network; each pair may be
+//! rate-limited with `tc`, as two links of a multi-rail node.
 
 use std::process::Command;
 
-/// Namespaces `<prefix>0` and `<prefix>1`, with `10.<net>.0.1/24` and
-/// `10.<net>.0.2/24` on the two ends of a veth pair.
+/// Namespaces `<prefix>0` and `<prefix>1`, with `10.<net>.<k>.1/24` and
+/// `10.<net>.<k>.2/24` on the two ends of veth pair `k`.
 #[derive(Debug)]
 pub struct VethPair {
     prefix: String,
     created: Vec<String>,
+    net: u32,
+    pairs: usize,
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -28,10 +31,25 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Runs `tc` inside namespace `ns`.
+fn tc(ns: &str, args: &[&str]) -> Result<(), String> {
+    let mut full = vec!["netns", "exec", ns, "tc"];
+    full.extend_from_slice(args);
+    ip(&full)
+}
+
 impl VethPair {
-    /// Creates the pair. An error (no `ip`, no privilege, no namespace
-    /// support) means the caller should skip and say why.
+    /// Creates the namespaces joined by one pair. An error (no `ip`, no
+    /// privilege, no namespace support) means the caller should skip and
+    /// say why.
     pub fn create() -> Result<Self, String> {
+        Self::create_with(1, None)
+    }
+
+    /// Creates the namespaces joined by `pairs` veth pairs, each end
+    /// limited to `rate_mbit` megabits per second when given (a token
+    /// bucket on the sending side of both ends).
+    pub fn create_with(pairs: usize, rate_mbit: Option<u32>) -> Result<Self, String> {
         // Interface names are limited to 15 bytes.
         let id = std::process::id() % 100_000;
         let prefix = format!("fo{id}n");
@@ -39,24 +57,50 @@ impl VethPair {
         let mut pair = Self {
             prefix: prefix.clone(),
             created: Vec::new(),
+            net,
+            pairs,
         };
         for i in 0..2 {
             let ns = format!("{prefix}{i}");
             ip(&["netns", "add", &ns])?;
             pair.created.push(ns);
         }
-        let (a, b) = (format!("fo{id}a"), format!("fo{id}b"));
         let (ns0, ns1) = (format!("{prefix}0"), format!("{prefix}1"));
-        ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
-        ip(&["link", "set", &a, "netns", &ns0])?;
-        ip(&["link", "set", &b, "netns", &ns1])?;
-        for (ns, dev, host) in [(&ns0, &a, 1), (&ns1, &b, 2)] {
-            let addr = format!("10.{net}.0.{host}/24");
-            ip(&["-n", ns, "addr", "add", &addr, "dev", dev])?;
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
+        for ns in [&ns0, &ns1] {
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
+        for k in 0..pairs {
+            let (a, b) = (format!("fo{id}a{k}"), format!("fo{id}b{k}"));
+            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
+            ip(&["link", "set", &a, "netns", &ns0])?;
+            ip(&["link", "set", &b, "netns", &ns1])?;
+            for (ns, dev, host) in [(&ns0, &a, 1), (&ns1, &b, 2)] {
+                let addr = format!("10.{net}.{k}.{host}/24");
+                ip(&["-n", ns, "addr", "add", &addr, "dev", dev])?;
+                ip(&["-n", ns, "link", "set", dev, "up"])?;
+                if let Some(rate) = rate_mbit {
+                    let rate = format!("{rate}mbit");
+                    tc(
+                        ns,
+                        &[
+                            "qdisc", "add", "dev", dev, "root", "tbf", "rate", &rate, "burst",
+                            "256kb", "latency", "100ms",
+                        ],
+                    )?;
+                }
+            }
+        }
         Ok(pair)
+    }
+
+    /// The subnet of pair `k`, as `btl_tcp_if_include` takes it.
+    pub fn subnet(&self, k: usize) -> String {
+        format!("10.{}.{k}.0/24", self.net)
+    }
+
+    /// How many pairs join the namespaces.
+    pub fn pairs(&self) -> usize {
+        self.pairs
     }
 
     /// Namespace names are this prefix followed by 0 or 1.
