@@ -4,6 +4,7 @@
 //! rate-limited with `tc`, as two links of a multi-rail node.
 
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Namespaces `<prefix>0` and `<prefix>1`, with `10.<net>.<k>.1/24` and
 /// `10.<net>.<k>.2/24` on the two ends of veth pair `k`.
@@ -50,8 +51,11 @@ impl VethPair {
     /// limited to `rate_mbit` megabits per second when given (a token
     /// bucket on the sending side of both ends).
     pub fn create_with(pairs: usize, rate_mbit: Option<u32>) -> Result<Self, String> {
-        // Interface names are limited to 15 bytes.
-        let id = std::process::id() % 100_000;
+        // Interface names are limited to 15 bytes. Tests of one binary
+        // run at once: each set gets its own names.
+        static SETS: AtomicU32 = AtomicU32::new(0);
+        let set = SETS.fetch_add(1, Ordering::Relaxed) % 10;
+        let id = (std::process::id() % 10_000) * 10 + set;
         let prefix = format!("fo{id}n");
         let net = 100 + (id % 100);
         let mut pair = Self {

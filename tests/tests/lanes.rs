@@ -1,6 +1,10 @@
-//! Two simulated nodes joined by two rate-limited links: striping a large
-//! message over both moves it at close to twice the rate of one.
+//! Two simulated nodes joined by two links: ranks of a node talk over
+//! shm, ranks of different nodes over tcp on both links, and striping a
+//! large message over two rate-limited links moves it at close to twice
+//! the rate of one.
 //!
+//! A node is a network namespace and a host name of its own (a UTS
+//! namespace), which is how the bootstrap tells nodes apart.
 //! Each rank runs in its own network namespace; the namespaces are joined
 //! by two veth pairs, each limited by `tc` to 500 Mbit/s per direction.
 //! `fireopal bench pingpong` streams 4 MiB active messages from rank 0 to
@@ -15,6 +19,63 @@ use fireopal_tests::netns::VethPair;
 use fireopal_tests::{host_binary, run_with_timeout};
 
 const RATE_MBIT: u32 = 500;
+
+/// The shell line that puts a rank of a job of `per_node` ranks per node
+/// into its node: its own host name and its namespace, then runs the
+/// command after it.
+const ENTER_NODE: &str = r#"n=$((PMI_RANK / FO_PER_NODE)); exec unshare --uts sh -c "hostname $FO_NETNS$n && exec ip netns exec $FO_NETNS$n \"\$0\" \"\$@\"" "$0" "$@""#;
+
+/// Two nodes of two ranks: the point-to-point suite passes over shm inside
+/// a node and tcp across, where each peer on the other node is reached
+/// over both links.
+#[test]
+fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
+    let nodes = match VethPair::create_with(2, None) {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("skipped: cannot create network namespaces here: {why}");
+            return;
+        }
+    };
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = run_with_timeout(
+        Command::new(&host)
+            .args(["run", "-n", "4", "--param", "log_level=debug"])
+            .args(["--param", "btl_tcp_if_exclude=lo", "--"])
+            .args(["sh", "-c", ENTER_NODE])
+            .arg(&host)
+            .args(["conformance", "--p2p"])
+            .env("FO_NETNS", nodes.prefix())
+            .env("FO_PER_NODE", "2")
+            .env("FIREOPAL_BTL", "self,shm,tcp"),
+        Duration::from_secs(300),
+    );
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(!out.timed_out, "timed out\n{report}");
+    assert_eq!(out.code, Some(0), "{report}");
+    for rank in 0..4 {
+        assert!(
+            out.stdout
+                .contains(&format!("rank {rank}: 10 passed, 0 failed")),
+            "rank {rank}\n{report}"
+        );
+    }
+    let route = |from: u32, to: u32| {
+        let start = format!("fireopal[{from}] btl: rank {to} via ");
+        out.stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(start.as_str()))
+            .unwrap_or_else(|| panic!("no route {from} -> {to}\n{report}"))
+            .to_owned()
+    };
+    assert!(route(0, 1).starts_with("shm["), "{}", route(0, 1));
+    assert!(route(3, 2).starts_with("shm["), "{}", route(3, 2));
+    for (from, to) in [(0, 2), (1, 3), (2, 1)] {
+        let r = route(from, to);
+        let lanes = r.split("lanes ").nth(1).unwrap_or("");
+        assert_eq!(lanes.matches("tcp[").count(), 2, "{from} -> {to}: {r}");
+    }
+}
 const SIZE: usize = 4 << 20;
 
 /// One 4 MiB message's half round trip (µs) and the streaming bandwidth
