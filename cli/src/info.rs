@@ -62,15 +62,31 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     let mut registry = Registry::discover(&options);
     // A component whose open fails is disabled in a job: show it so.
     registry.check_btls_open();
-    if let Some(b) = boot {
+    // In a job of several ranks, the lanes to every peer (collective: the
+    // messenger exchanges addresses).
+    let mut routes = None;
+    if let Some(mut b) = boot {
+        if b.size() > 1 {
+            match fireopal::btl::Messenger::init(&registry, &mut b) {
+                Ok(m) => routes = Some(Routes::of(&m)),
+                Err(e) => eprintln!("fireopal info: starting the messenger: {e}"),
+            }
+        }
         if let Err(e) = b.finalize() {
             eprintln!("fireopal info: leaving the job: {e}");
         }
     }
     if json {
-        println!("{}", to_json(&registry).render());
+        let mut out = to_json(&registry);
+        if let (Json::Obj(fields), Some(r)) = (&mut out, &routes) {
+            fields.push(("routes", r.to_json()));
+        }
+        println!("{}", out.render());
     } else {
         print!("{}", to_text(&registry));
+        if let Some(r) = &routes {
+            print!("{}", r.to_text());
+        }
     }
     for e in registry.errors() {
         eprintln!(
@@ -84,6 +100,71 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// This rank's lanes to every rank of the job.
+struct Routes {
+    rank: u32,
+    peers: Vec<(u32, Vec<fireopal::btl::LaneInfo>)>,
+}
+
+impl Routes {
+    fn of(m: &fireopal::btl::Messenger) -> Self {
+        Routes {
+            rank: m.rank(),
+            peers: (0..m.size()).map(|p| (p, m.lanes(p))).collect(),
+        }
+    }
+
+    fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = format!("\nroutes of rank {} (module, weight):\n", self.rank);
+        for (peer, lanes) in &self.peers {
+            let list: Vec<String> = lanes
+                .iter()
+                .map(|l| format!("{}[{}] {} Mb/s", l.component, l.index, l.bandwidth_mbps))
+                .collect();
+            let _ = writeln!(out, "  rank {peer}: {}", list.join(", "));
+        }
+        out
+    }
+
+    fn to_json(&self) -> Json {
+        Json::Obj(vec![
+            ("rank", Json::Int(i128::from(self.rank))),
+            (
+                "peers",
+                Json::Arr(
+                    self.peers
+                        .iter()
+                        .map(|(peer, lanes)| {
+                            Json::Obj(vec![
+                                ("rank", Json::Int(i128::from(*peer))),
+                                (
+                                    "lanes",
+                                    Json::Arr(
+                                        lanes
+                                            .iter()
+                                            .map(|l| {
+                                                Json::Obj(vec![
+                                                    ("component", Json::str(l.component.clone())),
+                                                    ("index", Json::Int(l.index as i128)),
+                                                    (
+                                                        "weight_mbps",
+                                                        Json::Int(i128::from(l.bandwidth_mbps)),
+                                                    ),
+                                                ])
+                                            })
+                                            .collect(),
+                                    ),
+                                ),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ),
+        ])
     }
 }
 

@@ -158,3 +158,34 @@ fn striping_over_two_limited_links_nearly_doubles_the_bandwidth_of_one() {
         "one 4 MiB message took {dl:.0} us over two links against {sl:.0} us over one"
     );
 }
+
+/// `fireopal info` run as a job prints each rank's lanes to every peer
+/// with their weights.
+#[test]
+fn info_in_a_job_shows_the_lanes_to_every_peer() {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = run_with_timeout(
+        Command::new(&host)
+            .args(["run", "-n", "2", "--param", "btl_tcp_if_include=lo"])
+            .args(["--param", "btl_tcp_links=2", "--"])
+            .arg(&host)
+            .arg("info")
+            .env("FIREOPAL_BTL", "self,tcp"),
+        Duration::from_secs(120),
+    );
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{report}");
+    for (rank, peer) in [(0, 1), (1, 0)] {
+        let block = out
+            .stdout
+            .split(&format!("routes of rank {rank} (module, weight):\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no routes of rank {rank}\n{report}"));
+        let line = block
+            .lines()
+            .find(|l| l.starts_with(&format!("  rank {peer}: ")))
+            .unwrap_or_else(|| panic!("no line for rank {peer}\n{report}"));
+        assert_eq!(line.matches("tcp[").count(), 2, "{line}");
+        assert!(line.contains("Mb/s"), "{line}");
+    }
+}
