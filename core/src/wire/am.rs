@@ -5,6 +5,7 @@
 //! Both are read from bytes another process wrote, so parsing checks every
 //! length before it trusts it and never panics.
 
+use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -148,6 +149,41 @@ pub fn decode_directory(bytes: &[u8]) -> Result<Vec<DirectoryEntry<'_>>, ParseEr
         return Err(ParseError::TrailingBytes);
     }
     Ok(entries)
+}
+
+/// First byte of a remote key holding the keys of one registration on
+/// several modules (the lanes of a route), which
+/// [`encode_lane_keys`] writes.
+pub const LANE_KEYS_MAGIC: u8 = 0xC5;
+
+/// Encodes the remote keys of one registration on several modules:
+/// [`LANE_KEYS_MAGIC`], then a directory whose entries' addresses are the
+/// modules' keys, so that a peer finds the key of each of its modules by
+/// component and index.
+///
+/// ```
+/// use fireopal_core::wire::am::{decode_lane_keys, encode_lane_keys, DirectoryEntry};
+/// let keys = [
+///     DirectoryEntry { component: "tcp", index: 0, address: &[1; 16] },
+///     DirectoryEntry { component: "tcp", index: 1, address: &[2; 16] },
+/// ];
+/// let bytes = encode_lane_keys(&keys).unwrap();
+/// assert_eq!(decode_lane_keys(&bytes).unwrap(), keys);
+/// assert_eq!(decode_lane_keys(&[7; 16]), None); // one module's own key
+/// ```
+pub fn encode_lane_keys(keys: &[DirectoryEntry<'_>]) -> Result<Vec<u8>, EncodeError> {
+    let mut out = vec![LANE_KEYS_MAGIC];
+    out.extend_from_slice(&encode_directory(keys)?);
+    Ok(out)
+}
+
+/// The keys in a remote key written by [`encode_lane_keys`], or `None`
+/// if the bytes are not exactly such a key (a single module's key).
+pub fn decode_lane_keys(bytes: &[u8]) -> Option<Vec<DirectoryEntry<'_>>> {
+    match bytes.split_first() {
+        Some((&LANE_KEYS_MAGIC, rest)) => decode_directory(rest).ok(),
+        _ => None,
+    }
 }
 
 /// Header of the first fragment of a message too large for one fragment:

@@ -16,7 +16,10 @@
 //! `send` there; `fair` tries `sendi` on every module, from the one whose
 //! turn it is, before any `send`.
 //!
-//! A module of a sequenced route that closes may take messages with it,
+//! A peer that closes its connections (it finished, or died) fails once
+//! every lane has closed: each lane's data comes before its own close, but
+//! not before the other lanes'. A module of a sequenced route that closes
+//! after an error may take messages with it,
 //! which would leave the receiver waiting for a number that never comes:
 //! the peer fails instead ([`PeerFailure::LaneLost`](super::PeerFailure)),
 //! naming the module. One-sided operations and registrations use the
@@ -77,6 +80,9 @@ pub(super) struct Lanes {
     seq: u32,
     /// Messages handed to each module: `(module, count)`.
     pub(super) sent: Vec<(usize, u64)>,
+    /// Modules whose connection the peer closed; the peer fails when every
+    /// lane has.
+    pub(super) closed: Vec<usize>,
 }
 
 impl Lanes {
@@ -85,6 +91,7 @@ impl Lanes {
             next: 0,
             seq: 0,
             sent: modules.iter().map(|&m| (m, 0)).collect(),
+            closed: Vec::new(),
         }
     }
 
@@ -483,6 +490,7 @@ mod tests {
 
     use abi_stable::std_types::RSlice;
     use fireopal_abi::btl::BtlEventSink;
+    use fireopal_abi::{ErrorKind, PluginError};
 
     use super::super::sink::SinkParts;
     use super::*;
@@ -640,6 +648,27 @@ mod tests {
         drop(sink);
         assert!(parts.failures.is_empty(), "{:?}", parts.failures);
         assert_eq!(*seen.borrow(), [(1, b"hd".to_vec(), payload)]);
+    }
+
+    #[test]
+    fn a_peer_fails_when_its_last_lane_closes_or_at_once_on_an_error() {
+        let mut parts = SinkParts::new(3);
+        for peer in [1usize, 2] {
+            let route = &mut parts.routes[peer];
+            route.modules = vec![0, 1];
+            route.sequenced = true;
+            *route.lanes = Lanes::new(&[0, 1]);
+        }
+        let closed = || PluginError::new(ErrorKind::CONNECTION_CLOSED, "closed");
+        parts.sink(0).peer_failed(1, closed());
+        parts.sink(0).peer_failed(1, closed());
+        assert!(parts.failures.is_empty(), "one lane of two closed");
+        parts.sink(1).peer_failed(1, closed());
+        assert_eq!(parts.failures.len(), 1);
+        assert_eq!(parts.failures[0].0, 1);
+        let broken = PluginError::new(ErrorKind::MALFORMED, "bad frame");
+        parts.sink(0).peer_failed(2, broken);
+        assert_eq!(parts.failures.len(), 2, "an error fails the peer at once");
     }
 
     #[test]

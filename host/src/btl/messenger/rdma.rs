@@ -1,9 +1,13 @@
-//! Memory registrations and one-sided operations through the messenger.
+//! One-sided operations through the messenger, striped over a route's
+//! lanes when the remote key names several modules' registrations.
 
 use abi_stable::std_types::RSlice;
-use fireopal_abi::btl::{MemRegion, Rank, RdmaOp};
+use fireopal_abi::btl::{Completion, MemRegion, Rank, RdmaOp};
+use fireopal_abi::PluginError;
+use fireopal_core::wire::am::{decode_lane_keys, DirectoryEntry};
 
-use super::{Class, MemoryHandle, Messenger, SendError, SendTicket};
+use super::lanes::stripe;
+use super::{Class, MemoryHandle, Messenger, Outstanding, SendError, SendTicket};
 
 impl Messenger {
     /// Sends only if the module can do it immediately and completely
@@ -78,6 +82,19 @@ impl Messenger {
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
         let i = self.module_for(peer)?;
+        if self.routes[peer as usize].sequenced {
+            if let Some(keys) = decode_lane_keys(remote_key) {
+                let lanes = self.lanes_of(peer, &keys);
+                let op = Rdma {
+                    write,
+                    peer,
+                    local,
+                    local_handle,
+                    remote_addr,
+                };
+                return self.rdma_striped(class, &op, &lanes);
+            }
+        }
         self.start_tracked(i, class, |module, cookie| {
             let op = RdmaOp {
                 peer,
@@ -94,4 +111,121 @@ impl Messenger {
             }
         })
     }
+
+    /// This process's modules to `peer` that a lane key set names: the
+    /// module of the same component and index as each of the peer's, with
+    /// the peer's key, in the route's order.
+    fn lanes_of(&self, peer: Rank, keys: &[DirectoryEntry<'_>]) -> Vec<(usize, Vec<u8>)> {
+        self.routes[peer as usize]
+            .modules
+            .iter()
+            .filter_map(|&m| {
+                let slot = self.slots.get(m)?;
+                let key = keys.iter().find(|k| {
+                    k.component == slot.component && usize::from(k.index) == slot.index
+                })?;
+                Some((m, key.address.to_vec()))
+            })
+            .collect()
+    }
+
+    /// One RDMA operation striped over `lanes` (module, the peer's key
+    /// there): each lane's share of the bytes in proportion to its
+    /// bandwidth, no share under `bml_stripe_min`.
+    fn rdma_striped(
+        &mut self,
+        class: Class,
+        op: &Rdma<'_>,
+        lanes: &[(usize, Vec<u8>)],
+    ) -> Result<SendTicket, SendError> {
+        if lanes.is_empty() {
+            return Err(SendError::Module(PluginError::invalid(
+                "remote key names no module that reaches the peer",
+            )));
+        }
+        let len = op.local.len();
+        let weights: Vec<u64> = lanes
+            .iter()
+            .map(|&(m, _)| u64::from(self.slots[m].attrs.bandwidth_mbps.max(1)))
+            .collect();
+        let pieces = if self.stripe_min == 0 || len < 2 * self.stripe_min {
+            vec![(0, len)]
+        } else {
+            stripe(len, &weights, self.stripe_min, usize::MAX)
+        };
+        let id = self.next_id(class);
+        let mut parts = 0usize;
+        let mut offset = 0usize;
+        for (k, &(lane, n)) in pieces.iter().enumerate() {
+            let (m, key) = &lanes[lane];
+            // SAFETY: `offset + n <= len`: a part of the caller's region,
+            // which is valid as `MemRegion`'s contract says.
+            #[allow(unsafe_code)]
+            let local = unsafe { MemRegion::new(op.local.as_ptr().add(offset), n) };
+            let cookie = self.next_cookie;
+            let rdma = RdmaOp {
+                peer: op.peer,
+                local,
+                local_registration: op.local_handle.map_or(u64::MAX, |h| h.id_on(*m)),
+                remote_addr: op.remote_addr + offset as u64,
+                remote_key: RSlice::from_slice(key),
+                cookie,
+            };
+            let slot = self.slot_mut(*m)?;
+            slot.active = true;
+            let started = if op.write {
+                slot.module.put(rdma)
+            } else {
+                slot.module.get(rdma)
+            };
+            match started.into_result() {
+                Ok(Completion::Done) => {}
+                Ok(Completion::Pending) => {
+                    self.next_cookie += 1;
+                    self.cookies.insert(cookie, (id, *m));
+                    parts += 1;
+                }
+                Err(e) if k == 0 => return Err(SendError::Module(e)),
+                Err(e) => {
+                    // The pieces already started complete on their own;
+                    // the operation fails with this error once they have.
+                    let error = SendError::Module(e);
+                    if parts == 0 {
+                        return Err(error);
+                    }
+                    self.outstanding.insert(
+                        id,
+                        Outstanding {
+                            id,
+                            parts_left: parts,
+                            error: Some(error),
+                        },
+                    );
+                    return Ok(SendTicket::Pending(id));
+                }
+            }
+            offset += n;
+        }
+        if parts == 0 {
+            return Ok(SendTicket::Done);
+        }
+        self.outstanding.insert(
+            id,
+            Outstanding {
+                id,
+                parts_left: parts,
+                error: None,
+            },
+        );
+        Ok(SendTicket::Pending(id))
+    }
+}
+
+/// What an RDMA operation does, whichever modules carry it.
+struct Rdma<'a> {
+    write: bool,
+    peer: Rank,
+    local: MemRegion,
+    local_handle: Option<&'a MemoryHandle>,
+    remote_addr: u64,
 }

@@ -30,6 +30,9 @@ use fireopal_core::regcache::{
     TransportId,
 };
 
+use fireopal_core::wire::am::{encode_lane_keys, DirectoryEntry};
+use fireopal_core::wire::p2p::MAX_KEY_LEN;
+
 use super::{Messenger, SendError};
 use crate::memory::{LeavePinned, Monitor, MonitorReport, Subscription, Userfaultfd};
 use crate::param::ParamStore;
@@ -98,6 +101,12 @@ pub struct MemoryHandle {
 enum Held {
     /// A registration of the cache.
     Cached(Registration<ModuleRegistrar>),
+    /// Registrations on each lane of a route of several modules, and the
+    /// remote key naming them all (`core::wire::am::encode_lane_keys`).
+    Lanes {
+        regs: Vec<(usize, Registration<ModuleRegistrar>)>,
+        key: Vec<u8>,
+    },
     /// Local memory on a module that needs no registration for it.
     Unregistered,
 }
@@ -108,6 +117,7 @@ impl MemoryHandle {
     pub fn remote_key(&self) -> &[u8] {
         match &self.held {
             Held::Cached(reg) => &reg.handle().remote_key,
+            Held::Lanes { key, .. } => key,
             Held::Unregistered => &[],
         }
     }
@@ -116,7 +126,28 @@ impl MemoryHandle {
     pub(super) fn module_id(&self) -> u64 {
         match &self.held {
             Held::Cached(reg) => reg.handle().id,
+            Held::Lanes { regs, .. } => regs.first().map_or(u64::MAX, |(_, r)| r.handle().id),
             Held::Unregistered => u64::MAX,
+        }
+    }
+
+    /// Module `module`'s id of the registration (`u64::MAX`: none there).
+    pub(super) fn id_on(&self, module: usize) -> u64 {
+        match &self.held {
+            Held::Lanes { regs, .. } => regs
+                .iter()
+                .find(|(m, _)| *m == module)
+                .map_or(u64::MAX, |(_, r)| r.handle().id),
+            _ => self.module_id(),
+        }
+    }
+
+    /// The first registration behind the handle.
+    fn first(&self) -> Option<&Registration<ModuleRegistrar>> {
+        match &self.held {
+            Held::Cached(reg) => Some(reg),
+            Held::Lanes { regs, .. } => regs.first().map(|(_, r)| r),
+            Held::Unregistered => None,
         }
     }
 
@@ -124,19 +155,14 @@ impl MemoryHandle {
     /// possibly merged with neighbours); `None` for local memory that
     /// needed no registration.
     pub fn registered_region(&self) -> Option<(usize, usize)> {
-        match &self.held {
-            Held::Cached(reg) => Some((reg.region().base(), reg.region().len())),
-            Held::Unregistered => None,
-        }
+        self.first()
+            .map(|reg| (reg.region().base(), reg.region().len()))
     }
 
     /// Unique id of the cache entry behind this handle: the same for two
     /// handles served by one registration.
     pub fn cache_id(&self) -> Option<u64> {
-        match &self.held {
-            Held::Cached(reg) => Some(reg.id()),
-            Held::Unregistered => None,
-        }
+        self.first().map(Registration::id)
     }
 }
 
@@ -232,8 +258,9 @@ impl Messenger {
     ///
     /// The memory must stay mapped while the handle is held; once it is
     /// released, the cache notices the memory going away (see
-    /// [`memory`](crate::memory)).
-    #[allow(unsafe_code)]
+    /// [`memory`](crate::memory)). On a route of several modules the memory
+    /// is registered on each, and the remote key names them all, so that
+    /// a peer's RDMA on it is striped.
     pub fn register_memory(
         &mut self,
         peer: Rank,
@@ -251,6 +278,70 @@ impl Messenger {
                 held: Held::Unregistered,
             });
         }
+        let route = &self.routes[peer as usize];
+        if !route.sequenced || route.modules.len() < 2 {
+            let reg = self.register_on(i, peer, region, access)?;
+            return Ok(MemoryHandle {
+                held: Held::Cached(reg),
+            });
+        }
+        // Every lane registers, so that RDMA can be striped over them.
+        let lanes = route.modules.clone();
+        let mut regs = Vec::with_capacity(lanes.len());
+        for (k, &m) in lanes.iter().enumerate() {
+            match self.register_on(m, peer, region, access) {
+                Ok(reg) => regs.push((m, reg)),
+                Err(e) if k == 0 => return Err(e),
+                // A lane that cannot register takes no part in striping.
+                Err(_) => {}
+            }
+        }
+        // The key must fit in an announcement of the point-to-point layer.
+        let key = loop {
+            let entries: Vec<DirectoryEntry<'_>> = regs
+                .iter()
+                .filter_map(|(m, reg)| {
+                    let slot = self.slots.get(*m)?;
+                    Some(DirectoryEntry {
+                        component: &slot.component,
+                        index: u16::try_from(slot.index).ok()?,
+                        address: &reg.handle().remote_key,
+                    })
+                })
+                .collect();
+            match encode_lane_keys(&entries) {
+                Ok(key) if key.len() <= MAX_KEY_LEN && entries.len() == regs.len() => break key,
+                _ if regs.len() > 2 => {
+                    let dropped = regs.pop();
+                    drop(dropped);
+                }
+                _ => {
+                    regs.truncate(1);
+                    break Vec::new();
+                }
+            }
+        };
+        self.carry_out_releases();
+        if key.is_empty() {
+            let (_, reg) = regs.pop().ok_or(SendError::Unreachable(peer))?;
+            return Ok(MemoryHandle {
+                held: Held::Cached(reg),
+            });
+        }
+        Ok(MemoryHandle {
+            held: Held::Lanes { regs, key },
+        })
+    }
+
+    /// A registration of `region` on module `i` through the cache.
+    #[allow(unsafe_code)]
+    fn register_on(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        region: MemRegion,
+        access: Access,
+    ) -> Result<Registration<ModuleRegistrar>, SendError> {
         let regs = &mut self.registrations;
         regs.apply_monitor();
         let transport = *regs.transports.get(i).ok_or(SendError::Unreachable(peer))?;
@@ -285,19 +376,19 @@ impl Messenger {
             },
         );
         self.carry_out_releases();
-        match got {
-            Ok(reg) => Ok(MemoryHandle {
-                held: Held::Cached(reg),
-            }),
-            Err(e) => Err(SendError::Registration(e)),
-        }
+        got.map_err(SendError::Registration)
     }
 
     /// Releases a registration; operations using it must be complete. The
     /// registration stays cached for the next use of the same memory when
     /// it is safe to (see [`memory`](crate::memory)).
     pub fn deregister_memory(&mut self, handle: MemoryHandle) -> Result<(), SendError> {
-        if let Held::Cached(reg) = handle.held {
+        let regs = match handle.held {
+            Held::Cached(reg) => vec![reg],
+            Held::Lanes { regs, .. } => regs.into_iter().map(|(_, r)| r).collect(),
+            Held::Unregistered => Vec::new(),
+        };
+        for reg in regs {
             let region = reg.region();
             let keep = self.registrations.keeps(reg.handle().watched);
             drop(reg);
@@ -306,8 +397,8 @@ impl Messenger {
                     .cache
                     .invalidate(region.base(), region.len());
             }
-            self.carry_out_releases();
         }
+        self.carry_out_releases();
         Ok(())
     }
 

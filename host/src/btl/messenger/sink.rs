@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use abi_stable::std_types::{RResult, RSlice};
 use fireopal_abi::btl::{BtlEventSink, Rank};
-use fireopal_abi::PluginError;
+use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::wire::am::{Reassembled, Reassembly};
 
@@ -123,6 +123,22 @@ impl Sink<'_> {
         }
     }
 
+    /// Notes that this module's connection to `peer` closed: whether no
+    /// lane to it is left open (always, on a route of one module).
+    fn last_lane_closed(&mut self, peer: Rank) -> bool {
+        let Some(route) = self.routes.get_mut(peer as usize) else {
+            return true;
+        };
+        if !route.sequenced {
+            return true;
+        }
+        let closed = &mut route.lanes.closed;
+        if !closed.contains(&self.module) {
+            closed.push(self.module);
+        }
+        route.modules.iter().all(|m| closed.contains(m))
+    }
+
     pub(super) fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
         lanes::forget(self.reorder, peer);
         if let Some(r) = self.routes.get_mut(peer as usize) {
@@ -165,6 +181,11 @@ impl BtlEventSink for Sink<'_> {
     }
 
     fn peer_failed(&mut self, peer: Rank, error: PluginError) {
+        if error.kind == ErrorKind::CONNECTION_CLOSED && !self.last_lane_closed(peer) {
+            // Each lane's data comes before its own close, not before the
+            // others': wait until every lane has closed.
+            return;
+        }
         self.fail_peer(peer, PeerFailure::Transport(error));
     }
 }
