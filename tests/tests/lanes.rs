@@ -78,9 +78,12 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
 }
 const SIZE: usize = 4 << 20;
 
-/// One 4 MiB message's half round trip (µs) and the streaming bandwidth
-/// (MB/s) between the two namespaces over the subnets `include`.
-fn measure(nodes: &VethPair, include: &str) -> (f64, f64) {
+/// One message's half round trip (µs) and the streaming bandwidth
+/// (MB/s) between the two namespaces over the subnets `include`, with
+/// `fireopal bench <bench>` (`pingpong`: active messages, striped by the
+/// messenger; `p2p`: the point-to-point layer, whose rendezvous reads the
+/// data with a `get` striped over the lanes).
+fn measure(nodes: &VethPair, include: &str, bench: &str, size: usize) -> (f64, f64) {
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     let out = run_with_timeout(
         Command::new(&host)
@@ -93,8 +96,13 @@ fn measure(nodes: &VethPair, include: &str) -> (f64, f64) {
                 r#"exec ip netns exec "$FO_NETNS$PMI_RANK" "$0" "$@""#,
             ])
             .arg(&host)
-            .args(["bench", "pingpong", "--btl", "tcp,self", "--from", "copy"])
-            .args(["--sizes", &SIZE.to_string(), "--quick", "--json"])
+            .args(["bench", bench, "--btl", "tcp,self"])
+            .args(if bench == "pingpong" {
+                &["--from", "copy"][..]
+            } else {
+                &[][..]
+            })
+            .args(["--sizes", &size.to_string(), "--quick", "--json"])
             .env("FO_NETNS", nodes.prefix()),
         Duration::from_secs(300),
     );
@@ -133,8 +141,8 @@ fn striping_over_two_limited_links_nearly_doubles_the_bandwidth_of_one() {
     let mut single = Vec::new();
     let mut striped = Vec::new();
     for _ in 0..2 {
-        single.push(measure(&nodes, &one));
-        striped.push(measure(&nodes, &both));
+        single.push(measure(&nodes, &one, "pingpong", SIZE));
+        striped.push(measure(&nodes, &both, "pingpong", SIZE));
     }
     let best_bw = |v: &[(f64, f64)]| v.iter().map(|m| m.1).fold(0.0, f64::max);
     let best_lat = |v: &[(f64, f64)]| v.iter().map(|m| m.0).fold(f64::MAX, f64::min);
@@ -156,6 +164,18 @@ fn striping_over_two_limited_links_nearly_doubles_the_bandwidth_of_one() {
     assert!(
         dl <= 0.65 * sl,
         "one 4 MiB message took {dl:.0} us over two links against {sl:.0} us over one"
+    );
+    // The point-to-point layer's rendezvous: the receiver's get of 1 MiB,
+    // striped over both links.
+    let (get_one, _) = measure(&nodes, &one, "p2p", 1 << 20);
+    let (get_both, _) = measure(&nodes, &both, "p2p", 1 << 20);
+    eprintln!(
+        "p2p 1 MiB (RGET) over one link {get_one:.0} us, over two {get_both:.0} us: {:.2}x",
+        get_both / get_one
+    );
+    assert!(
+        get_both <= 0.65 * get_one,
+        "a 1 MiB rendezvous took {get_both:.0} us over two links against {get_one:.0} us over one"
     );
 }
 
