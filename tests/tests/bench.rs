@@ -216,8 +216,10 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
     for row in &rows {
         let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
         assert_eq!(cells.len(), 4, "row {row:?}");
+        // A number, rounded to two places: a contender slowed down by the
+        // tests running beside this one may print 0.00.
         let ratio: f64 = cells[3].parse().unwrap_or(-1.0);
-        assert!(ratio > 0.0, "ratio in {row:?}");
+        assert!(ratio >= 0.0 && ratio.is_finite(), "ratio in {row:?}");
     }
     let doc = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{e}\n{report}"));
     // Per size: fireopal and mpich, latency and bandwidth, each with both
