@@ -242,6 +242,48 @@ struct Pair {
     route: RouteInfo,
 }
 
+/// A job of one or two ranks on the runtime's front door, and the rank
+/// measured against (the other one, or this one alone).
+struct FrontDoor {
+    rt: fireopal::Runtime,
+    world: fireopal::p2p::Communicator,
+    rank: u32,
+    size: u32,
+    peer: u32,
+    /// The module carrying traffic to `peer`, as `component[index]`.
+    module: String,
+}
+
+/// Starts the runtime for benchmark `what`, with blocking calls that give
+/// up after [`STALL`].
+fn open_front_door(common: &CommonArgs, what: &str) -> Result<FrontDoor, Failure> {
+    let mut rt = fireopal::Runtime::init_with(Options {
+        command_line: common.params.clone(),
+        ..Options::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let world = rt.world();
+    let (rank, size) = (world.rank(), world.size());
+    if size > 2 {
+        return Err(format!("{what} needs 1 or 2 ranks, this job has {size}").into());
+    }
+    let peer = if size == 1 { 0 } else { 1 - rank };
+    let route = rt
+        .messenger()
+        .route(peer)
+        .ok_or_else(|| format!("no transport reaches rank {peer}"))?;
+    let module = format!("{}[{}]", route.component, route.index);
+    rt.p2p().set_stall_limit(Some(STALL));
+    Ok(FrontDoor {
+        rt,
+        world,
+        rank,
+        size,
+        peer,
+        module,
+    })
+}
+
 /// Joins the job and opens the transports for benchmark `what`.
 fn open_pair(common: &CommonArgs, what: &str) -> Result<Pair, Failure> {
     let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;

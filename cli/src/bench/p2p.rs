@@ -10,12 +10,13 @@
 use std::time::{Duration, Instant};
 
 use fireopal::p2p::{Communicator, P2p, Request, Source, Tag};
-use fireopal::plugin::Options;
-use fireopal::Runtime;
 
 use super::super::json::Json;
 use super::super::{CommonArgs, Failure};
-use super::{bandwidth_windows, human_size, latency_iterations, Row, SIZES, STALL, WINDOW};
+use super::{
+    bandwidth_windows, human_size, latency_iterations, open_front_door, FrontDoor, Row, SIZES,
+    WINDOW,
+};
 
 const TAG_PING: i32 = 1;
 const TAG_ACK: i32 = 2;
@@ -33,24 +34,15 @@ pub(super) fn run(
     quick: bool,
     only: Option<&[usize]>,
 ) -> Result<(), Failure> {
-    let mut rt = Runtime::init_with(Options {
-        command_line: common.params.clone(),
-        ..Options::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let world = rt.world();
-    let (rank, size) = (world.rank(), world.size());
-    if size > 2 {
-        return Err(format!("p2p needs 1 or 2 ranks, this job has {size}").into());
-    }
-    let peer = if size == 1 { 0 } else { 1 - rank };
-    let route = rt
-        .messenger()
-        .route(peer)
-        .ok_or_else(|| format!("no transport reaches rank {peer}"))?;
-    let module = format!("{}[{}]", route.component, route.index);
+    let FrontDoor {
+        mut rt,
+        world,
+        rank,
+        size,
+        peer,
+        module,
+    } = open_front_door(common, "p2p")?;
     let p2p = rt.p2p();
-    p2p.set_stall_limit(Some(STALL));
     let sizes = only.unwrap_or(&SIZES);
     let largest = sizes.iter().copied().max().unwrap_or(0);
     // Not one repeated byte, so that wrong bytes are caught below.

@@ -21,13 +21,11 @@ use std::time::{Duration, Instant};
 
 use fireopal::btl::Messenger;
 use fireopal::p2p::{self, Communicator, P2p, Tag};
-use fireopal::plugin::Options;
-use fireopal::Runtime;
 use fireopal_abi::btl::{Access, MemRegion};
 
 use super::super::json::Json;
 use super::super::{CommonArgs, Failure};
-use super::{human_size, STALL};
+use super::{human_size, open_front_door, FrontDoor};
 
 const TAG_PING: i32 = 3;
 const SIZES: [usize; 3] = [256 << 10, 1 << 20, 4 << 20];
@@ -146,25 +144,16 @@ pub(super) fn run(
     quick: bool,
     rounds: usize,
 ) -> Result<(), Failure> {
-    let mut rt = Runtime::init_with(Options {
-        command_line: common.params.clone(),
-        ..Options::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let world = rt.world();
-    let (rank, size) = (world.rank(), world.size());
-    if size > 2 {
-        return Err(format!("registration needs 1 or 2 ranks, this job has {size}").into());
-    }
-    let peer = if size == 1 { 0 } else { 1 - rank };
-    let route = rt
-        .messenger()
-        .route(peer)
-        .ok_or_else(|| format!("no transport reaches rank {peer}"))?;
-    let module = format!("{}[{}]", route.component, route.index);
+    let FrontDoor {
+        mut rt,
+        world,
+        rank,
+        peer,
+        module,
+        ..
+    } = open_front_door(common, "registration")?;
     let monitor = rt.messenger().memory_monitor().to_string();
     let p2p = rt.p2p();
-    p2p.set_stall_limit(Some(STALL));
     let rounds = if quick { 1 } else { rounds.max(1) };
     let mut rendezvous: Vec<Rendezvous> = SIZES.iter().map(|_| Rendezvous::default()).collect();
     let mut local = Local::default();

@@ -209,6 +209,18 @@ struct Route {
     lanes: Box<lanes::Lanes>,
 }
 
+/// Marks the route to `peer` failed, once: whether this call did.
+fn mark_failed(routes: &mut [Route], epoch: &mut u64, peer: Rank, failure: PeerFailure) -> bool {
+    match routes.get_mut(peer as usize) {
+        Some(r) if r.failed.is_none() => {
+            r.failed = Some(Box::new(failure));
+            *epoch += 1;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// A send split into several module operations.
 struct Outstanding {
     id: SendId,
@@ -529,19 +541,25 @@ impl Messenger {
         }
     }
 
+    /// The route to `peer`, refusing a peer that failed.
     #[inline]
-    fn module_for(&self, peer: Rank) -> Result<usize, SendError> {
+    fn live_route(&self, peer: Rank) -> Result<&Route, SendError> {
         let route = self
             .routes
             .get(peer as usize)
             .ok_or(SendError::NoSuchPeer(peer))?;
-        if let Some(failure) = &route.failed {
-            return Err(SendError::PeerFailed {
+        match &route.failed {
+            Some(failure) => Err(SendError::PeerFailed {
                 peer,
                 failure: PeerFailure::clone(failure),
-            });
+            }),
+            None => Ok(route),
         }
-        route
+    }
+
+    #[inline]
+    fn module_for(&self, peer: Rank) -> Result<usize, SendError> {
+        self.live_route(peer)?
             .modules
             .first()
             .copied()
@@ -550,12 +568,24 @@ impl Messenger {
 
     /// Marks the route to `peer` failed (once).
     fn fail_route(&mut self, peer: Rank, failure: PeerFailure) {
-        if let Some(r) = self.routes.get_mut(peer as usize) {
-            if r.failed.is_none() {
-                r.failed = Some(Box::new(failure));
-                self.failure_epoch += 1;
-            }
+        mark_failed(&mut self.routes, &mut self.failure_epoch, peer, failure);
+    }
+
+    /// Counts the parts of send `id` still to complete, and its ticket:
+    /// done if none is, else pending with `error` kept for its end.
+    fn await_parts(&mut self, id: SendId, parts: usize, error: Option<SendError>) -> SendTicket {
+        if parts == 0 {
+            return SendTicket::Done;
         }
+        self.outstanding.insert(
+            id,
+            Outstanding {
+                id,
+                parts_left: parts,
+                error,
+            },
+        );
+        SendTicket::Pending(id)
     }
 
     /// Sends an active message. Tries `sendi`, then `send`; splits messages
@@ -783,18 +813,8 @@ impl Messenger {
                 break;
             }
         }
-        if parts == 0 {
-            return result.map(|()| SendTicket::Done);
-        }
-        self.outstanding.insert(
-            id,
-            Outstanding {
-                id,
-                parts_left: parts,
-                error: result.clone().err(),
-            },
-        );
-        result.map(|()| SendTicket::Pending(id))
+        let ticket = self.await_parts(id, parts, result.clone().err());
+        result.map(|()| ticket)
     }
 
     /// Drives every module once: delivers arrived messages to their

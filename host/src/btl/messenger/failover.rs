@@ -219,44 +219,33 @@ impl Messenger {
                 continue;
             }
             let peer = Rank::try_from(peer).unwrap_or(Rank::MAX);
-            if route.sequenced {
-                // Messages on the closed module may be lost: the order to
-                // this peer cannot go on.
-                lost += 1;
-                route.modules = best_tier(&self.slots, &route.candidates);
-                if route.failed.is_none() {
-                    let failure = PeerFailure::LaneLost {
-                        component: component.clone(),
-                        index,
-                        error: error.clone(),
-                    };
-                    route.failed = Some(Box::new(failure.clone()));
-                    self.failure_epoch += 1;
-                    self.failures.push((peer, failure));
-                }
-                continue;
-            }
             route.modules = best_tier(&self.slots, &route.candidates);
-            match route.modules.first() {
-                Some(&j) => {
+            // On a sequenced route messages on the closed module may be
+            // lost: the order to this peer cannot go on.
+            let failure = match route.modules.first() {
+                Some(&j) if !route.sequenced => {
                     rerouted.push((peer, j));
                     if peer != self.rank {
                         now_used.extend(route.modules.iter().copied());
                     }
+                    continue;
                 }
-                None => {
-                    lost += 1;
-                    if route.failed.is_none() {
-                        let failure = PeerFailure::NoTransport {
-                            component: component.clone(),
-                            index,
-                            error: error.clone(),
-                        };
-                        route.failed = Some(Box::new(failure.clone()));
-                        self.failure_epoch += 1;
-                        self.failures.push((peer, failure));
-                    }
-                }
+                Some(_) => PeerFailure::LaneLost {
+                    component: component.clone(),
+                    index,
+                    error: error.clone(),
+                },
+                None => PeerFailure::NoTransport {
+                    component: component.clone(),
+                    index,
+                    error: error.clone(),
+                },
+            };
+            lost += 1;
+            if route.failed.is_none() {
+                route.failed = Some(Box::new(failure.clone()));
+                self.failure_epoch += 1;
+                self.failures.push((peer, failure));
             }
         }
         for j in now_used {

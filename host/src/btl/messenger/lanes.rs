@@ -34,8 +34,7 @@ use fireopal_abi::btl::Completion;
 use fireopal_core::wire::am::FirstFragment;
 
 use super::{
-    Class, Messenger, Outstanding, PeerFailure, SendError, SendTicket, Sink, TAG_FRAG_FIRST,
-    TAG_FRAG_NEXT,
+    Class, Messenger, PeerFailure, SendError, SendTicket, Sink, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
 };
 
 /// Reserved tag of a message carried on a sequenced route.
@@ -136,16 +135,7 @@ impl Messenger {
         payload: &[u8],
         class: Class,
     ) -> Result<SendTicket, SendError> {
-        let route = self
-            .routes
-            .get(peer as usize)
-            .ok_or(SendError::NoSuchPeer(peer))?;
-        if let Some(failure) = &route.failed {
-            return Err(SendError::PeerFailed {
-                peer,
-                failure: PeerFailure::clone(failure),
-            });
-        }
+        let route = self.live_route(peer)?;
         if !route.sequenced {
             let i = *route.modules.first().ok_or(SendError::Unreachable(peer))?;
             return self.send_routed(i, peer, tag, header, payload, class);
@@ -304,34 +294,14 @@ impl Messenger {
                     // The peer holds part of the message: the stream to it
                     // cannot go on.
                     self.fail_route(peer, PeerFailure::FragmentedSend(e.clone()));
-                    if parts > 0 {
-                        self.outstanding.insert(
-                            id,
-                            Outstanding {
-                                id,
-                                parts_left: parts,
-                                error: Some(SendError::Module(e.clone())),
-                            },
-                        );
-                    }
+                    self.await_parts(id, parts, Some(SendError::Module(e.clone())));
                     return Err(SendError::Module(e));
                 }
             }
             self.sent_on(peer, i, turn + lane);
             offset += len;
         }
-        if parts == 0 {
-            return Ok(SendTicket::Done);
-        }
-        self.outstanding.insert(
-            id,
-            Outstanding {
-                id,
-                parts_left: parts,
-                error: None,
-            },
-        );
-        Ok(SendTicket::Pending(id))
+        Ok(self.await_parts(id, parts, None))
     }
 
     /// Counts a message that left on module `i`: its number is used, and

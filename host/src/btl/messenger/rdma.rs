@@ -7,7 +7,7 @@ use fireopal_abi::PluginError;
 use fireopal_core::wire::am::{decode_lane_keys, DirectoryEntry};
 
 use super::lanes::stripe;
-use super::{Class, MemoryHandle, Messenger, Outstanding, SendError, SendTicket};
+use super::{Class, MemoryHandle, Messenger, SendError, SendTicket};
 
 impl Messenger {
     /// Sends only if the module can do it immediately and completely
@@ -193,31 +193,12 @@ impl Messenger {
                     if parts == 0 {
                         return Err(error);
                     }
-                    self.outstanding.insert(
-                        id,
-                        Outstanding {
-                            id,
-                            parts_left: parts,
-                            error: Some(error),
-                        },
-                    );
-                    return Ok(SendTicket::Pending(id));
+                    return Ok(self.await_parts(id, parts, Some(error)));
                 }
             }
             offset += n;
         }
-        if parts == 0 {
-            return Ok(SendTicket::Done);
-        }
-        self.outstanding.insert(
-            id,
-            Outstanding {
-                id,
-                parts_left: parts,
-                error: None,
-            },
-        );
-        Ok(SendTicket::Pending(id))
+        Ok(self.await_parts(id, parts, None))
     }
 }
 

@@ -14,8 +14,8 @@ use fireopal_core::wire::am::{Reassembled, Reassembly};
 
 use super::layered::Completions;
 use super::{
-    lanes, Handler, Incoming, Outstanding, PeerFailure, Replies, Route, SendError, SendId,
-    MAX_MESSAGE, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
+    lanes, mark_failed, Handler, Incoming, Outstanding, PeerFailure, Replies, Route, SendError,
+    SendId, MAX_MESSAGE, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
 };
 
 /// The host side of a module's `progress` call.
@@ -141,12 +141,8 @@ impl Sink<'_> {
 
     pub(super) fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
         lanes::forget(self.reorder, peer);
-        if let Some(r) = self.routes.get_mut(peer as usize) {
-            if r.failed.is_none() {
-                r.failed = Some(Box::new(failure.clone()));
-                *self.failure_epoch += 1;
-                self.failures.push((peer, failure));
-            }
+        if mark_failed(self.routes, self.failure_epoch, peer, failure.clone()) {
+            self.failures.push((peer, failure));
         }
     }
 
