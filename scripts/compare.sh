@@ -122,7 +122,11 @@ run_one() {
         fireopal)
             local args=("$bench" --btl "$btl" --json)
             [ "$quick" = 1 ] && args+=(--quick)
-            "$fireopal" run --bind-to core -n 2 -- "$fireopal" bench "${args[@]}" "${extra[@]}" >"$file"
+            # On loopback too, as the peers are: one tcp module, where every
+            # interface would otherwise be a lane of its own.
+            local pin=()
+            [ "$btl" = tcp ] && pin=(--param btl_tcp_if_include=lo)
+            "$fireopal" run --bind-to core -n 2 "${pin[@]}" -- "$fireopal" bench "${args[@]}" "${extra[@]}" >"$file"
             ;;
         openmpi)
             local mca=(--mca btl "self,vader")
