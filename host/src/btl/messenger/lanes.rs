@@ -18,7 +18,8 @@
 //!
 //! A peer that closes its connections (it finished, or died) fails once
 //! every lane has closed: each lane's data comes before its own close, but
-//! not before the other lanes'. A module of a sequenced route that closes
+//! not before the other lanes'. Meanwhile its closed lanes carry nothing
+//! more. A module of a sequenced route that closes
 //! after an error may take messages with it,
 //! which would leave the receiver waiting for a number that never comes:
 //! the peer fails instead ([`PeerFailure::LaneLost`](super::PeerFailure)),
@@ -633,6 +634,7 @@ mod tests {
         parts.sink(0).peer_failed(1, closed());
         parts.sink(0).peer_failed(1, closed());
         assert!(parts.failures.is_empty(), "one lane of two closed");
+        assert_eq!(parts.routes[1].modules, [1], "the closed lane carries no more");
         parts.sink(1).peer_failed(1, closed());
         assert_eq!(parts.failures.len(), 1);
         assert_eq!(parts.failures[0].0, 1);

@@ -136,7 +136,12 @@ impl Sink<'_> {
         if !closed.contains(&self.module) {
             closed.push(self.module);
         }
-        route.modules.iter().all(|m| closed.contains(m))
+        if route.modules.iter().all(|m| closed.contains(m)) {
+            return true;
+        }
+        // Later messages go over the lanes still open.
+        route.modules.retain(|m| !closed.contains(m));
+        false
     }
 
     pub(super) fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
