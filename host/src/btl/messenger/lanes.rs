@@ -634,7 +634,11 @@ mod tests {
         parts.sink(0).peer_failed(1, closed());
         parts.sink(0).peer_failed(1, closed());
         assert!(parts.failures.is_empty(), "one lane of two closed");
-        assert_eq!(parts.routes[1].modules, [1], "the closed lane carries no more");
+        assert_eq!(
+            parts.routes[1].modules,
+            [1],
+            "the closed lane carries no more"
+        );
         parts.sink(1).peer_failed(1, closed());
         assert_eq!(parts.failures.len(), 1);
         assert_eq!(parts.failures[0].0, 1);
