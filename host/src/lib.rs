@@ -4,7 +4,7 @@
 //! [`Runtime::init`], which joins the job and owns everything below, and
 //! programs against [`p2p`]: communicators and tagged point-to-point
 //! messages (`send`/`recv`, `isend`/`irecv` with requests, probes,
-//! `dup`/`split`/`create`). Underneath are five modules:
+//! `dup`/`split`/`create`). Underneath are six modules:
 //!
 //! - [`btl`]: the [`Messenger`](btl::Messenger), active messages and
 //!   one-sided transfers between the ranks of a job over every selected
@@ -23,6 +23,9 @@
 //! - [`memheap`]: the [`SymmetricHeap`](memheap::SymmetricHeap), a segment
 //!   of the same size on every rank where the same calls give the same
 //!   offsets.
+//! - [`memory`]: the memory monitor that tells the messenger's
+//!   registration cache when registered memory leaves the process
+//!   (userfaultfd), and which monitor runs and why.
 //! - [`param`]: typed parameters; a value comes from `--param name=value`,
 //!   then `FIREOPAL_<NAME>`, then the default.
 //! - [`plugin`]: discovery, loading and selection of components (the
