@@ -278,6 +278,35 @@ fn an_out_of_tree_transport_passes() {
     );
 }
 
+/// An out-of-tree transport with two modules, each a loop: messages to
+/// the own rank go round robin over both lanes and still pass the suite;
+/// when one lane's module fails, the rank its ordered messages went to
+/// fails with an error naming the lost module.
+#[test]
+fn two_lanes_of_an_out_of_tree_transport_and_the_loss_of_one() {
+    let dir = vendor_plugin("conformance-lanes", &[("FIXTURE_MODULES", "2")]);
+    let out = run_suite("loop", 1, &[("FIREOPAL_PLUGIN_PATH", dir.path())]);
+    assert_passed(&out, "two loop lanes", 1);
+    let counts = lane_counts(&out.stdout);
+    assert!(
+        counts
+            .first()
+            .is_some_and(|l| l.len() == 2 && l.iter().all(|&n| n > 0)),
+        "{}",
+        out.stdout
+    );
+    let dir = vendor_plugin(
+        "conformance-lane-lost",
+        &[("FIXTURE_MODULES", "2"), ("FIXTURE_FAULT", "lane")],
+    );
+    let out = run_suite("loop", 1, &[("FIREOPAL_PLUGIN_PATH", dir.path())]);
+    assert_failed(
+        &out,
+        "rank 0 reported failed: btl loop[1], one of the modules carrying its ordered \
+         messages, was closed: i/o error: lane 1 broke on purpose",
+    );
+}
+
 /// A transport that cuts a byte off its payloads fails the suite: the job
 /// ends by itself, non-zero, naming the case.
 #[test]
