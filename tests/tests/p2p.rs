@@ -213,6 +213,22 @@ fn split_rendezvous_from_small_sizes_and_not_at_all() {
     .passes();
 }
 
+/// `p2p_rendezvous=pipeline`: every rendezvous is sent by the sender once
+/// the receiver is ready, over tcp and shm, which otherwise read with get.
+#[test]
+fn the_pipeline_rendezvous_by_parameter_over_tcp_and_shm() {
+    Job {
+        params: &["btl_tcp_if_include=lo", "p2p_rendezvous=pipeline"],
+        ..Job::new("self,tcp", 2)
+    }
+    .passes();
+    Job {
+        params: &["p2p_rendezvous=pipeline"],
+        ..Job::new("self,shm", 3)
+    }
+    .passes();
+}
+
 /// The random case with other seeds than the default, which each rank
 /// reports.
 #[test]

@@ -45,6 +45,9 @@ pub(super) struct Config {
     pipeline_fragment: u64,
     /// Smallest message split between receiver and sender (0: never).
     pub(super) split_min: u64,
+    /// Rendezvous read with `get` where the route offers it (else the
+    /// pipeline).
+    rget: bool,
     stall: Option<Duration>,
 }
 
@@ -104,6 +107,7 @@ impl P2p {
             eager_limit: uint("p2p_eager_limit"),
             pipeline_fragment: uint("p2p_pipeline_fragment"),
             split_min: uint("p2p_split_min"),
+            rget: params.str_value("p2p_rendezvous") != Some("pipeline"),
             stall: match uint("p2p_stall_limit") {
                 0 => None,
                 s => Some(Duration::from_secs(s)),
@@ -301,7 +305,7 @@ impl P2p {
         // pipeline.
         let attrs = self.messenger.attributes(peer);
         let mut registration = None;
-        if len > 0 && attrs.is_some_and(|a| a.flags.contains(BtlFlags::GET)) {
+        if len > 0 && self.config.rget && attrs.is_some_and(|a| a.flags.contains(BtlFlags::GET)) {
             // SAFETY: the caller keeps the bytes alive until the request
             // completes, which is after the receiver's FIN (or a failure),
             // when the registration is released.

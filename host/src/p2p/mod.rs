@@ -28,7 +28,8 @@
 //!   `get` (**RGET**; shm reads with `process_vm_readv` or through a
 //!   mapped segment, tcp with a get request its peer serves), or, where
 //!   the route has no `get`, asks for it and the sender sends it in
-//!   fragments (**pipeline**). The sender's request completes when the
+//!   fragments (**pipeline**; `p2p_rendezvous=pipeline` takes it on every
+//!   route). The sender's request completes when the
 //!   receiver answers FIN. On routes whose `put` and `get` are copies by
 //!   the caller's processor (shm), a message of at least `p2p_split_min`
 //!   bytes is *split*: the receiver reads its head while the sender, asked
@@ -115,7 +116,12 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
         ParamSpec::new(
             "p2p_pipeline_fragment",
             ParamValue::Size(0),
-            "fragment size of pipelined rendezvous data where the route has no get; 0 takes the transport's largest send",
+            "fragment size of pipelined rendezvous data (routes without get, or p2p_rendezvous=pipeline); 0 takes the transport's largest send",
+        ),
+        ParamSpec::new(
+            "p2p_rendezvous",
+            ParamValue::Str("get".into()),
+            "how a rendezvous moves its data: get (the receiver reads it where the route offers get, else the pipeline) or pipeline (the sender sends it once the receiver is ready)",
         ),
         ParamSpec::new(
             "p2p_split_min",

@@ -411,6 +411,17 @@ impl Registry {
         if let Err(e) = crate::memheap::size::check_symmetric_size(&mut params) {
             errors.push(DiscoveryError::Param(e));
         }
+        // Words a parameter takes: another value is an error, and the
+        // default holds.
+        const CHOICES: [(&str, &[&str]); 1] = [("p2p_rendezvous", &["get", "pipeline"])];
+        for (name, words) in CHOICES {
+            let given = params.str_value(name).unwrap_or_default();
+            if !words.contains(&given) {
+                if let Some(e) = params.reject(name, ValueError::NotOneOf(words)) {
+                    errors.push(DiscoveryError::Param(e));
+                }
+            }
+        }
         let log_level = match params.str_value("log_level").unwrap_or("warn") {
             "error" => LogLevel::Error,
             "info" => LogLevel::Info,
