@@ -614,6 +614,22 @@ impl Messenger {
         payload: &[u8],
         class: Class,
     ) -> Result<SendTicket, SendError> {
+        self.send_routed_after(i, peer, tag, header, payload, class, false)
+    }
+
+    /// [`send_routed`](Self::send_routed), skipping the immediate send when
+    /// `sendi_refused` says module `i` just answered it Busy.
+    #[allow(clippy::too_many_arguments)]
+    fn send_routed_after(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        class: Class,
+        sendi_refused: bool,
+    ) -> Result<SendTicket, SendError> {
         let attrs = self.slots[i].attrs;
         let max_header = attrs.max_header_size as usize;
         let total = header.len() as u64 + payload.len() as u64;
@@ -624,12 +640,16 @@ impl Messenger {
                     max: max_header,
                 });
             }
-            return self.send_one(i, peer, tag, header, payload, class);
+            if !sendi_refused && self.sendi_on(i, peer, tag, header, payload)? {
+                return Ok(SendTicket::Done);
+            }
+            return self.send_queued(i, peer, tag, header, payload, class);
         }
         self.send_fragmented(i, peer, tag, header, payload, class)
     }
 
-    fn send_one(
+    /// One `send` on module `i`, completed now or later.
+    fn send_queued(
         &mut self,
         i: usize,
         peer: Rank,
@@ -638,9 +658,6 @@ impl Messenger {
         payload: &[u8],
         class: Class,
     ) -> Result<SendTicket, SendError> {
-        if self.sendi_on(i, peer, tag, header, payload)? {
-            return Ok(SendTicket::Done);
-        }
         let (h, p) = (RSlice::from_slice(header), RSlice::from_slice(payload));
         self.start_tracked(i, class, |module, cookie| {
             module.send(peer, tag, h, p, cookie)

@@ -72,12 +72,7 @@ impl std::error::Error for MapError {
 }
 
 fn page_size() -> u64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096)
+    crate::memory::page_size() as u64
 }
 
 /// A memfd mapped shared and read-write; unmapped and closed on drop.

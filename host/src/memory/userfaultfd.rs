@@ -279,10 +279,14 @@ fn open_descriptor() -> Result<OwnedFd, StartError> {
     Err(StartError::Open { syscall, device })
 }
 
+/// The system's page size (4096 if it cannot be read as a power of two).
 pub(crate) fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
+    // SAFETY: sysconf only reads a configuration value.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).unwrap_or(4096).max(4096)
+    usize::try_from(size)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
 }
 
 /// The monitor thread: waits for events, then reads and publishes every

@@ -194,8 +194,10 @@ impl Messenger {
         let Some(class) = class else {
             return Ok(None);
         };
+        // Its `sendi` was tried above (too large, or Busy).
         let i = self.routes[peer as usize].modules[turn];
-        let ticket = self.send_routed(i, peer, TAG_SEQUENCED, wrapped, payload, class)?;
+        let ticket =
+            self.send_routed_after(i, peer, TAG_SEQUENCED, wrapped, payload, class, true)?;
         self.sent_on(peer, i, turn);
         Ok(Some(ticket))
     }
