@@ -128,6 +128,30 @@ fn reregistration_fails_when_unwatched_registrations_stay_cached() {
             ),
             "{btl}: {report}"
         );
+        // The point-to-point suite's case: a rendezvous sent again from the
+        // memory mapped again.
+        let mut cmd = Command::new(&host);
+        cmd.args(["run", "-n", "2", "--"])
+            .arg(&host)
+            .args(["conformance", "--p2p", "--case", "reregistration"])
+            .env("FIREOPAL_BTL", format!("self,{btl}"))
+            .env("FIREOPAL_MEMORY_MONITOR", "none")
+            .env("FIREOPAL_RCACHE_LEAVE_PINNED", "always");
+        let out = run_with_timeout(&mut cmd, Duration::from_secs(300));
+        let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+        assert!(!out.timed_out, "{btl} timed out\n{report}");
+        assert_ne!(
+            out.code,
+            Some(0),
+            "{btl} passed without a monitor\n{report}"
+        );
+        assert!(
+            out.stdout.contains(
+                "FAIL reregistration: the send from memory mapped again was served the \
+                 registration of the unmapped memory"
+            ),
+            "{btl}: {report}"
+        );
     }
 }
 

@@ -16,6 +16,7 @@ use std::fmt;
 use std::time::Instant;
 
 pub mod btl;
+mod mapping;
 pub mod memheap;
 pub mod p2p;
 

@@ -30,6 +30,7 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 mod communicators;
 mod death;
 pub mod random;
+mod registration;
 
 /// How long a blocking call may wait with nothing happening, unless
 /// `p2p_stall_limit` says otherwise.
@@ -81,7 +82,7 @@ pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (`peer-death` leaves the job one
 /// rank short, so it is last).
-pub const CASES: [(&str, Case); 10] = [
+pub const CASES: [(&str, Case); 11] = [
     ("eager-and-rendezvous", case_eager_and_rendezvous),
     ("wildcards", case_wildcards),
     ("ordering", case_ordering),
@@ -91,6 +92,7 @@ pub const CASES: [(&str, Case); 10] = [
     ("many-requests", case_many_requests),
     ("communicators", communicators::case_communicators),
     ("random", random::case_random),
+    ("reregistration", registration::case_reregistration),
     ("peer-death", death::case_peer_death),
 ];
 

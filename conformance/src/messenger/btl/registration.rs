@@ -6,68 +6,11 @@
 use fireopal::btl::MemoryHandle;
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
+use super::super::mapping::Mapping;
 use super::{pattern, Ctx, Outcome, TAG_REG_DONE};
 
 /// Bytes of the mapping each case registers.
 const LEN: usize = 64 << 10;
-
-/// An anonymous private mapping of [`LEN`] bytes, unmapped on drop.
-struct Mapping {
-    addr: *mut u8,
-}
-
-impl Mapping {
-    /// A new mapping, at `at` exactly when given (refusing to replace
-    /// anything mapped there).
-    #[allow(unsafe_code)]
-    fn new(at: Option<*mut u8>) -> Result<Self, String> {
-        let (hint, fixed) = match at {
-            Some(a) => (a.cast(), libc::MAP_FIXED_NOREPLACE),
-            None => (std::ptr::null_mut(), 0),
-        };
-        // SAFETY: an anonymous mapping at a free address (NOREPLACE never
-        // touches existing mappings); nothing else refers to it.
-        let addr = unsafe {
-            libc::mmap(
-                hint,
-                LEN,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed,
-                -1,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED || at.is_some_and(|a| a.cast() != addr) {
-            return Err(format!(
-                "mmap at {at:?}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(Self { addr: addr.cast() })
-    }
-
-    #[allow(unsafe_code)]
-    fn fill(&mut self, bytes: &[u8]) {
-        // SAFETY: the mapping is LEN bytes, readable and writable, and only
-        // this value refers to it.
-        unsafe { std::slice::from_raw_parts_mut(self.addr, LEN) }.copy_from_slice(bytes);
-    }
-
-    #[allow(unsafe_code)]
-    fn region(&self) -> MemRegion {
-        // SAFETY: the mapping lives until this value is dropped, after
-        // every registration and operation on it ended.
-        unsafe { MemRegion::new(self.addr, LEN) }
-    }
-}
-
-impl Drop for Mapping {
-    #[allow(unsafe_code)]
-    fn drop(&mut self) {
-        // SAFETY: this value owns the mapping.
-        unsafe { libc::munmap(self.addr.cast(), LEN) };
-    }
-}
 
 fn gets_offered(c: &mut Ctx) -> bool {
     c.m.attributes(c.next)
@@ -126,7 +69,7 @@ pub(super) fn case_reregistration(c: &mut Ctx) -> Result<Outcome, String> {
         c.barrier()?;
         return Ok(Outcome::NotApplicable("get not offered".into()));
     }
-    let mut map = Mapping::new(None)?;
+    let mut map = Mapping::new(None, LEN)?;
     map.fill(&pattern(c.rank, 201, LEN));
     let (first, addr, key) = publish(c, "rereg-1", &map)?;
     let old = first.cache_id();
@@ -140,7 +83,7 @@ pub(super) fn case_reregistration(c: &mut Ctx) -> Result<Outcome, String> {
 
     let at = map.addr;
     drop(map);
-    let mut map = Mapping::new(Some(at))?;
+    let mut map = Mapping::new(Some(at), LEN)?;
     map.fill(&pattern(c.rank, 202, LEN));
     let (second, addr, key) = publish(c, "rereg-2", &map)?;
     if second.cache_id() == old {
@@ -167,9 +110,9 @@ pub(super) fn case_unmapped_get(c: &mut Ctx) -> Result<Outcome, String> {
         c.barrier()?;
         return Ok(Outcome::NotApplicable("get not offered".into()));
     }
-    let mut gone = Mapping::new(None)?;
+    let mut gone = Mapping::new(None, LEN)?;
     gone.fill(&pattern(c.rank, 211, LEN));
-    let mut kept = Mapping::new(None)?;
+    let mut kept = Mapping::new(None, LEN)?;
     kept.fill(&pattern(c.rank, 212, LEN));
     let (gone_handle, gone_addr, gone_key) = publish(c, "unmapped-gone", &gone)?;
     let (kept_handle, kept_addr, kept_key) = publish(c, "unmapped-kept", &kept)?;
