@@ -262,6 +262,20 @@ pub struct Registration {
     pub remote_key: RVec<u8>,
 }
 
+/// A peer's registered memory mapped into this process by
+/// [`Transport::map_remote`]: the bytes at `remote_addr` in the peer are
+/// the bytes of `local` here, for loads, stores and CPU atomics.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteMapping {
+    /// Module-local id, given back to `unmap_remote`.
+    pub id: u64,
+    /// Where the mapped range starts in the peer's address space.
+    pub remote_addr: u64,
+    /// Where it is in this process.
+    pub local: MemRegion,
+}
+
 /// Memory from [`Transport::alloc_transfer_buffer`], valid until
 /// [`Transport::free_transfer_buffer`] (or the module's end).
 #[repr(C)]
@@ -497,6 +511,29 @@ pub trait Transport: Send + 'static {
     fn unregister_segment(&mut self, _id: u64) -> Result<(), PluginError> {
         Err(PluginError::unsupported("mapped segments"))
     }
+
+    /// Maps the whole of a peer's registration (`remote_key`, from the
+    /// peer's `register_mem`) into this process, where loads, stores and
+    /// CPU atomics reach the peer's memory directly: what a node-local
+    /// one-sided layer uses instead of `put`, `get` and atomics through
+    /// messages. The mapping stays valid until
+    /// [`unmap_remote`](Transport::unmap_remote), even if the peer
+    /// deregisters or exits meanwhile. Offered by modules whose peers
+    /// share memory (shared memory: a registration inside a mapped
+    /// segment); others refuse with `UNSUPPORTED`.
+    fn map_remote(
+        &mut self,
+        _peer: Rank,
+        _remote_key: &[u8],
+    ) -> Result<RemoteMapping, PluginError> {
+        Err(PluginError::unsupported("remote mappings"))
+    }
+
+    /// Drops a mapping from [`map_remote`](Transport::map_remote); the
+    /// caller no longer touches its memory.
+    fn unmap_remote(&mut self, _id: u64) -> Result<(), PluginError> {
+        Err(PluginError::unsupported("remote mappings"))
+    }
 }
 
 /// Host-side receiver of events, as it crosses the boundary.
@@ -590,6 +627,18 @@ pub trait BtlModule: Send {
     /// See [`Transport::unregister_segment`].
     fn unregister_segment(&mut self, _id: u64) -> RResult<(), PluginError> {
         RResult::RErr(PluginError::unsupported("mapped segments"))
+    }
+    /// See [`Transport::map_remote`].
+    fn map_remote(
+        &mut self,
+        _peer: Rank,
+        _remote_key: RSlice<'_, u8>,
+    ) -> RResult<RemoteMapping, PluginError> {
+        RResult::RErr(PluginError::unsupported("remote mappings"))
+    }
+    /// See [`Transport::unmap_remote`].
+    fn unmap_remote(&mut self, _id: u64) -> RResult<(), PluginError> {
+        RResult::RErr(PluginError::unsupported("remote mappings"))
     }
 }
 

@@ -20,7 +20,7 @@ use abi_stable::std_types::{RErr, RResult, RSlice, RStr, RString, RVec};
 use crate::btl::{
     Access, BtlAttributes, BtlComponent, BtlComponentImpl, BtlComponentRef, BtlEventSinkRef,
     BtlModule, BtlModuleBox, BtlModule_TO, Completion, EventSink, MemRegion, PeerAddress, Rank,
-    RdmaOp, Reachability, Registration, SendiOutcome, TransferBuffer, Transport,
+    RdmaOp, Reachability, Registration, RemoteMapping, SendiOutcome, TransferBuffer, Transport,
 };
 use crate::host::{Host, HostServicesArc};
 use crate::memheap::{
@@ -213,6 +213,19 @@ impl<T: Transport> BtlModule for TransportAdapter<T> {
     fn unregister_segment(&mut self, id: u64) -> RResult<(), PluginError> {
         let inner = &mut self.inner;
         self.poison.run(|| inner.unregister_segment(id))
+    }
+    fn map_remote(
+        &mut self,
+        peer: Rank,
+        remote_key: RSlice<'_, u8>,
+    ) -> RResult<RemoteMapping, PluginError> {
+        let inner = &mut self.inner;
+        self.poison
+            .run(|| inner.map_remote(peer, remote_key.as_slice()))
+    }
+    fn unmap_remote(&mut self, id: u64) -> RResult<(), PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.unmap_remote(id))
     }
 }
 

@@ -2,9 +2,10 @@
 //! every rank of a job (`fireopal run -n N -- fireopal conformance --btl
 //! NAME`), with the messenger suite of `fireopal-conformance`. `--btl
 //! NAME` checks a transport through the messenger, `--memheap NAME` a
-//! symmetric-heap allocator through the host's heap calls, and `--p2p`
-//! the point-to-point layer (tagged messages, communicators) over
-//! whatever transports the job selects.
+//! symmetric-heap allocator through the host's heap calls, `--p2p`
+//! the point-to-point layer (tagged messages, communicators) and
+//! `--shmem` the one-sided layer (put, get, atomics on the symmetric
+//! heap) over whatever transports the job selects.
 //! The project's tests run it against every in-tree component, and the
 //! author of an out-of-tree one runs the same checks against theirs, found
 //! through `FIREOPAL_PLUGIN_PATH`, with the host they will ship against.
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 use fireopal::bootstrap::Bootstrap;
 use fireopal::plugin::Options;
 use fireopal::{Runtime, RuntimeError};
-use fireopal_conformance::messenger::{btl, memheap, p2p, Tally};
+use fireopal_conformance::messenger::{btl, memheap, p2p, shmem, Tally};
 
 use super::args::{self, Arg, Args, Stop};
 use super::{is_usage_error, open_registry, CommonArgs, Failure};
@@ -28,16 +29,18 @@ use super::{is_usage_error, open_registry, CommonArgs, Failure};
 pub(super) const SYNOPSIS: &str = "\
 fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=value]...
 fireopal conformance --memheap NAME [--case NAME[,NAME]...] [--param name=value]...
-fireopal conformance --p2p [--case NAME[,NAME]...] [--param name=value]...";
+fireopal conformance --p2p [--case NAME[,NAME]...] [--param name=value]...
+fireopal conformance --shmem [--mixed-paths] [--case NAME[,NAME]...] [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=value]...
        fireopal conformance --memheap NAME [--case NAME[,NAME]...] [--param name=value]...
        fireopal conformance --p2p [--case NAME[,NAME]...] [--param name=value]...
+       fireopal conformance --shmem [--mixed-paths] [--case NAME[,NAME]...] [--param name=value]...
 
 Checks a transport (--btl) or a symmetric-heap allocator (--memheap)
-against its contract, or the point-to-point layer (--p2p) over the
-transports the job selects (FIREOPAL_BTL, --param btl=...). Run it under
+against its contract, or the point-to-point (--p2p) or one-sided
+(--shmem) layer over the transports the job selects (FIREOPAL_BTL, --param btl=...). Run it under
 `fireopal run -n N` (N >= 2 for the peer-death case, and for the heap's
 symmetry to be checked across processes). Each rank prints a line per
 case, PASS, FAIL, or N/A where the component does not offer what the
@@ -46,6 +49,9 @@ case checks, then its summary: N passed, M failed, K not applicable.
   --btl NAME            the transport to check
   --memheap NAME        the heap allocator to check
   --p2p                 the point-to-point layer
+  --shmem               the one-sided layer
+  --mixed-paths         with --shmem: odd ranks reach node-local PEs
+                        through the transports (shmem_direct=false)
   --case LIST           only these cases (comma-separated), in run order
   --param name=value    set a parameter
 
@@ -55,6 +61,7 @@ memheap cases: align, random, symmetric, exhaustion, bad-free
 p2p cases: eager-and-rendezvous, wildcards, ordering, truncation,
 zero-bytes, self, many-requests, communicators, random (seeded by
 FIREOPAL_P2P_SEED), reregistration, peer-death
+shmem cases: heap, put-get, nonblocking, atomics, signal, bad-arguments
 ";
 
 const CMD: &str = "fireopal conformance";
@@ -65,6 +72,7 @@ enum Subject {
     Btl(String),
     Memheap(String),
     P2p,
+    Shmem,
 }
 
 /// A parsed `fireopal conformance` command line.
@@ -72,12 +80,14 @@ enum Subject {
 struct Command {
     subject: Subject,
     only: Option<String>,
+    mixed: bool,
     common: CommonArgs,
 }
 
 fn parse(args: &[String]) -> Result<Command, Stop> {
     let mut it = Args::new(args);
     let (mut subject, mut only, mut common) = (None, None, CommonArgs::default());
+    let mut mixed = false;
     while let Some(arg) = it.next()? {
         if common.take(arg, &mut it)? {
             continue;
@@ -86,6 +96,11 @@ fn parse(args: &[String]) -> Result<Command, Stop> {
             Arg::Opt("--btl") => Subject::Btl(it.value()?.to_owned()),
             Arg::Opt("--memheap") => Subject::Memheap(it.value()?.to_owned()),
             Arg::Opt("--p2p") => Subject::P2p,
+            Arg::Opt("--shmem") => Subject::Shmem,
+            Arg::Opt("--mixed-paths") => {
+                mixed = true;
+                continue;
+            }
             Arg::Opt("--case") => {
                 only = Some(it.value()?.to_owned());
                 continue;
@@ -94,15 +109,20 @@ fn parse(args: &[String]) -> Result<Command, Stop> {
         };
         if subject.replace(named).is_some() {
             return Err(Stop::Usage(
-                "name one of --btl, --memheap and --p2p, once".into(),
+                "name one of --btl, --memheap, --p2p and --shmem, once".into(),
             ));
         }
     }
-    let subject = subject
-        .ok_or_else(|| Stop::Usage("one of --btl, --memheap and --p2p is required".into()))?;
+    let subject = subject.ok_or_else(|| {
+        Stop::Usage("one of --btl, --memheap, --p2p and --shmem is required".into())
+    })?;
+    if mixed && subject != Subject::Shmem {
+        return Err(Stop::Usage("--mixed-paths goes with --shmem".into()));
+    }
     Ok(Command {
         subject,
         only,
+        mixed,
         common,
     })
 }
@@ -112,6 +132,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     let Command {
         subject,
         only,
+        mixed,
         common,
     } = match parse(args) {
         Ok(c) => c,
@@ -128,6 +149,10 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         },
         Subject::P2p => match select_cases(&p2p::CASES, only.as_deref()) {
             Ok(cases) => run_p2p(common.params, &cases),
+            Err(stop) => return stop.exit(CMD, USAGE),
+        },
+        Subject::Shmem => match select_cases(&shmem::CASES, only.as_deref()) {
+            Ok(cases) => run_shmem(common.params, mixed, &cases),
             Err(stop) => return stop.exit(CMD, USAGE),
         },
     };
@@ -184,6 +209,27 @@ fn run_p2p(
         e => Failure::Run(e.to_string()),
     })?;
     p2p::run(rt, cases).map_err(|e| e.to_string().into())
+}
+
+/// Joins the job through the runtime and runs the one-sided cases; with
+/// `mixed`, odd ranks reach node-local PEs through the transports.
+fn run_shmem(
+    mut params: Vec<(String, String)>,
+    mixed: bool,
+    cases: &[(&'static str, shmem::Case)],
+) -> Result<Tally, Failure> {
+    let rank = std::env::var("PMI_RANK")
+        .ok()
+        .and_then(|r| r.parse::<u32>().ok())
+        .unwrap_or(0);
+    if mixed && rank % 2 == 1 {
+        params.push(("shmem_direct".into(), "false".into()));
+    }
+    let rt = Runtime::init_with(p2p::runtime_options(params)).map_err(|e| match e {
+        RuntimeError::Components(e) if is_usage_error(&e) => Failure::Usage(e.to_string()),
+        e => Failure::Run(e.to_string()),
+    })?;
+    shmem::run(rt, cases).map_err(|e| e.to_string().into())
 }
 
 /// The cases of `all` named in a `--case` list (all of them without

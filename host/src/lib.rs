@@ -28,6 +28,9 @@
 //!   (userfaultfd), and which monitor runs and why.
 //! - [`param`]: typed parameters; a value comes from `--param name=value`,
 //!   then `FIREOPAL_<NAME>`, then the default.
+//! - [`shmem`]: one-sided operations on the symmetric heap with
+//!   OpenSHMEM semantics (put, get, atomics, `quiet`, `fence`, barrier),
+//!   from [`Runtime::shmem`].
 //! - [`plugin`]: discovery, loading and selection of components (the
 //!   transports, the heap allocators). [`Registry::open`](plugin::Registry::open)
 //!   is a runtime's first call after the bootstrap; the messenger and the
@@ -87,5 +90,6 @@ pub mod p2p;
 pub mod param;
 pub mod plugin;
 mod runtime;
+pub mod shmem;
 
 pub use runtime::{Runtime, RuntimeError};

@@ -1,7 +1,7 @@
 //! [`Runtime`]: the front door. One value that joins the job and owns, in
 //! the order they are made and closed in reverse, the bootstrap, the
-//! component registry, the messenger with its point-to-point layer, and
-//! the symmetric heap.
+//! component registry, the messenger with its point-to-point layer, the
+//! symmetric heap, and the one-sided layer on it.
 
 use std::fmt;
 
@@ -10,6 +10,7 @@ use crate::btl::{self, Messenger, SegmentHandle, SendError};
 use crate::memheap::{self, SymmetricHeap};
 use crate::p2p::{Communicator, P2p, P2pError};
 use crate::plugin::{DiscoveryError, Options, Registry};
+use crate::shmem::{self, Shmem, ShmemError};
 
 /// Why [`Runtime::init`] or [`Runtime::finalize`] failed, by step.
 #[derive(Debug)]
@@ -24,6 +25,8 @@ pub enum RuntimeError {
     Heap(memheap::InitError),
     /// Handing the symmetric heap to the transports.
     HeapRegistration(SendError),
+    /// Starting or finishing the one-sided layer.
+    Shmem(ShmemError),
     /// Finishing the point-to-point traffic before closing.
     P2p(P2pError),
     /// The barrier or leaving the job at finalize.
@@ -38,6 +41,7 @@ impl fmt::Display for RuntimeError {
             Self::Messenger(e) => write!(f, "starting the transports: {e}"),
             Self::Heap(e) => write!(f, "making the symmetric heap: {e}"),
             Self::HeapRegistration(e) => write!(f, "registering the symmetric heap: {e}"),
+            Self::Shmem(e) => write!(f, "one-sided layer: {e}"),
             Self::P2p(e) => write!(f, "finishing point-to-point traffic: {e}"),
             Self::Finalize(e) => write!(f, "leaving the job: {e}"),
         }
@@ -52,6 +56,7 @@ impl std::error::Error for RuntimeError {
             Self::Messenger(e) => Some(e),
             Self::Heap(e) => Some(e),
             Self::HeapRegistration(e) => Some(e),
+            Self::Shmem(e) => Some(e),
             Self::P2p(e) => Some(e),
             Self::Finalize(e) => Some(e),
         }
@@ -81,6 +86,7 @@ pub struct Runtime {
     // Dropped in field order: the heap's registration before the
     // transports, the transports before the heap they may map, all of
     // them before the job is left.
+    shmem: shmem::State,
     heap_registration: Option<SegmentHandle>,
     p2p: P2p,
     heap: SymmetricHeap,
@@ -119,7 +125,14 @@ impl Runtime {
                 .register_symmetric_heap(&heap)
                 .map_err(RuntimeError::HeapRegistration)?,
         );
+        let direct = !matches!(
+            registry.params().value("shmem_direct"),
+            Some(fireopal_abi::param::ParamValue::Bool(false))
+        );
+        let shmem = shmem::State::init(p2p.messenger(), &heap, &mut boot, direct)
+            .map_err(RuntimeError::Shmem)?;
         Ok(Runtime {
+            shmem,
             heap_registration,
             p2p,
             heap,
@@ -158,6 +171,19 @@ impl Runtime {
         &self.heap
     }
 
+    /// One-sided operations on the symmetric heap (OpenSHMEM semantics).
+    /// Its waits use the point-to-point layer's stall limit.
+    pub fn shmem(&mut self) -> Shmem<'_> {
+        let stall = self.p2p.stall_limit();
+        Shmem {
+            m: self.p2p.messenger(),
+            heap: &self.heap,
+            boot: &mut self.boot,
+            st: &mut self.shmem,
+        }
+        .with_stall(stall)
+    }
+
     /// The components and parameters.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -174,6 +200,9 @@ impl Runtime {
     /// transports and the heap, and leaves the job. Collective.
     pub fn finalize(mut self) -> Result<(), RuntimeError> {
         let stall = self.p2p.stall_limit();
+        self.shmem
+            .finalize(self.p2p.messenger(), stall)
+            .map_err(RuntimeError::Shmem)?;
         let drained = {
             let m = self.p2p.messenger();
             match stall {

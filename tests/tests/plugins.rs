@@ -221,9 +221,21 @@ const APPENDED_SABI_METHODS: &str = r#"
     fn unregister_segment(&mut self, _id: u64) -> RResult<(), PluginError> {
         RResult::RErr(PluginError::unsupported("mapped segments"))
     }
+    /// See [`Transport::map_remote`].
+    fn map_remote(
+        &mut self,
+        _peer: Rank,
+        _remote_key: RSlice<'_, u8>,
+    ) -> RResult<RemoteMapping, PluginError> {
+        RResult::RErr(PluginError::unsupported("remote mappings"))
+    }
+    /// See [`Transport::unmap_remote`].
+    fn unmap_remote(&mut self, _id: u64) -> RResult<(), PluginError> {
+        RResult::RErr(PluginError::unsupported("remote mappings"))
+    }
 "#;
-const LAST_SABI_METHOD: &str = r#"    fn unregister_segment(&mut self, _id: u64) -> RResult<(), PluginError> {
-        RResult::RErr(PluginError::unsupported("mapped segments"))
+const LAST_SABI_METHOD: &str = r#"    fn unmap_remote(&mut self, _id: u64) -> RResult<(), PluginError> {
+        RResult::RErr(PluginError::unsupported("remote mappings"))
     }
 "#;
 const LATER_SABI_METHOD: &str = r#"    /// Appended by a later interface release.
@@ -238,6 +250,19 @@ const APPENDED_ADAPTER_METHODS: &str = r#"    fn register_segment(&mut self, fd:
     fn unregister_segment(&mut self, id: u64) -> RResult<(), PluginError> {
         let inner = &mut self.inner;
         self.poison.run(|| inner.unregister_segment(id))
+    }
+    fn map_remote(
+        &mut self,
+        peer: Rank,
+        remote_key: RSlice<'_, u8>,
+    ) -> RResult<RemoteMapping, PluginError> {
+        let inner = &mut self.inner;
+        self.poison
+            .run(|| inner.map_remote(peer, remote_key.as_slice()))
+    }
+    fn unmap_remote(&mut self, id: u64) -> RResult<(), PluginError> {
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.unmap_remote(id))
     }
 "#;
 
@@ -554,7 +579,7 @@ fn every_broken_plugin_is_reported_and_the_rest_still_work() {
         }
         other => panic!("skew: {other}"),
     }
-    // Built before two methods were appended: refused, with the counts
+    // Built before four methods were appended: refused, with the counts
     // the right way round, and told what to rebuild against.
     match not_loaded("older") {
         e @ LoadError::IncompatibleInterface(_) => {
@@ -566,7 +591,7 @@ fn every_broken_plugin_is_reported_and_the_rest_still_work() {
                 .and_then(|(pair, _)| pair.split_once(", the plugin: "))
                 .and_then(|(h, p)| Some((h.parse::<u32>().ok()?, p.parse::<u32>().ok()?)));
             let (host, plugin) = counts.unwrap_or_else(|| panic!("no field counts in {text}"));
-            assert_eq!(host, plugin + 2, "{text}");
+            assert_eq!(host, plugin + 4, "{text}");
             assert!(text.ends_with(&rebuild), "{text}");
         }
         other => panic!("older: {other}"),

@@ -19,6 +19,7 @@ pub mod btl;
 mod mapping;
 pub mod memheap;
 pub mod p2p;
+pub mod shmem;
 
 pub use crate::Outcome;
 

@@ -923,6 +923,7 @@ impl Messenger {
     }
 }
 
+mod exposed;
 mod failover;
 mod failure;
 mod init_error;
@@ -942,6 +943,7 @@ pub use replies::Replies;
 use sink::{complete_part, Sink};
 pub use wait::{StallWatch, WaitError};
 
+pub use exposed::RemoteMap;
 pub use failure::{FailureKind, PeerFailure};
 pub use init_error::{ExchangeError, ExchangeFailure, InitError};
 pub use lanes::{LaneInfo, SendiPolicy};

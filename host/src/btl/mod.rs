@@ -31,8 +31,10 @@
 mod messenger;
 pub mod self_btl;
 
+pub(crate) use messenger::Class;
 pub use messenger::{
     ExchangeError, ExchangeFailure, FailureKind, Incoming, InitError, LaneInfo, MemoryHandle,
-    Messenger, PeerFailure, ProgressError, Replies, RouteInfo, SegmentHandle, SendError, SendId,
-    SendTicket, SendiPolicy, StallWatch, TransferBufferHandle, WaitError, FIRST_RESERVED_TAG,
+    Messenger, PeerFailure, ProgressError, RemoteMap, Replies, RouteInfo, SegmentHandle, SendError,
+    SendId, SendTicket, SendiPolicy, StallWatch, TransferBufferHandle, WaitError,
+    FIRST_RESERVED_TAG,
 };

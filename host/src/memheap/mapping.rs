@@ -20,6 +20,21 @@ use std::ptr::NonNull;
 
 use fireopal_abi::memheap::Segment;
 
+/// Where every process first tries to map its heap, so that a
+/// symmetric object has one address job-wide: a pointer stored in the heap
+/// means the same object on every process. Far from where Linux puts
+/// programs, their `brk` heap (both near 0x55.. to 0x56.. on x86-64) and
+/// its own mappings (from below the stack at 0x7f..), on 47-bit and wider
+/// address spaces. Mapped with `MAP_FIXED_NOREPLACE`, so nothing already
+/// there is ever replaced; if the range is taken the heap goes wherever
+/// the kernel puts it, and only offsets are symmetric.
+#[cfg(target_pointer_width = "64")]
+pub const AGREED_BASE: Option<usize> = Some(0x6000_0000_0000);
+/// Where every process first tries to map its heap: nowhere on 32-bit
+/// address spaces, too small to set a range aside.
+#[cfg(not(target_pointer_width = "64"))]
+pub const AGREED_BASE: Option<usize> = None;
+
 /// Largest base alignment sought: beyond it, reserving the alignment gap
 /// would waste too much address space.
 const MAX_BASE_ALIGN: u64 = 1 << 30;
@@ -86,6 +101,8 @@ pub(crate) struct Mapping {
     mapped: usize,
     /// The base is a multiple of this.
     align: u64,
+    /// The base is [`AGREED_BASE`].
+    agreed: bool,
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value; its
@@ -139,17 +156,25 @@ impl Mapping {
                 len,
                 mapped: 0,
                 align,
+                agreed: false,
             });
         }
         let mapped = rounded as usize;
-        let base = map_aligned(&fd, mapped, align as usize, page as usize)
-            .map_err(|error| MapError::Map { size: len, error })?;
+        let agreed = AGREED_BASE
+            .filter(|&at| at % align as usize == 0)
+            .and_then(|at| map_at(&fd, mapped, at));
+        let base = match agreed {
+            Some(base) => base,
+            None => map_aligned(&fd, mapped, align as usize, page as usize)
+                .map_err(|error| MapError::Map { size: len, error })?,
+        };
         Ok(Mapping {
             fd,
             base,
             len,
             mapped,
             align,
+            agreed: agreed.is_some(),
         })
     }
 
@@ -163,6 +188,10 @@ impl Mapping {
 
     pub(crate) fn align(&self) -> u64 {
         self.align
+    }
+
+    pub(crate) fn at_agreed_address(&self) -> bool {
+        self.agreed
     }
 
     pub(crate) fn fd(&self) -> &OwnedFd {
@@ -186,6 +215,34 @@ impl Mapping {
             unsafe { std::ptr::write_bytes(self.base().add(offset as usize), 0, len as usize) };
         }
     }
+}
+
+/// Maps `fd` (`len` bytes) shared at exactly `at`, if nothing is mapped
+/// anywhere in that range; `None` otherwise, with nothing changed.
+fn map_at(fd: &OwnedFd, len: usize, at: usize) -> Option<NonNull<u8>> {
+    at.checked_add(len)?;
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: the
+    // call fails (EEXIST) if any page of the range is in use.
+    let got = unsafe {
+        libc::mmap(
+            at as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if got == libc::MAP_FAILED {
+        return None;
+    }
+    if got as usize != at {
+        // A kernel older than 4.17 takes the flag as a hint only.
+        // SAFETY: `got` is the mapping just made, `len` bytes, owned here.
+        unsafe { libc::munmap(got, len) };
+        return None;
+    }
+    NonNull::new(got.cast::<u8>())
 }
 
 /// Maps `fd` (`len` bytes, a multiple of `page`) shared at an address that

@@ -29,7 +29,10 @@
 //! - if it wants to detect asymmetric use, comparing offsets across PEs
 //!   (cheap in debug builds).
 //!
-//! Addresses differ between processes; offsets do not. This is why the API
+//! Each process first maps its heap at [`AGREED_BASE`]; where every
+//! process could, addresses are the same job-wide too
+//! ([`at_agreed_address`](SymmetricHeap::at_agreed_address)). Otherwise
+//! addresses differ between processes; offsets never do. This is why the API
 //! hands out raw pointers (what `shmem_malloc` returns to C callers) and
 //! converts with [`offset_of`](SymmetricHeap::offset_of) before anything
 //! goes on the wire.
@@ -69,7 +72,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use fireopal_abi::memheap::{MemheapModuleBox, MemheapStats};
 use fireopal_abi::PluginError;
 
-pub use mapping::MapError;
+pub use mapping::{MapError, AGREED_BASE};
 pub use size::{
     parse_symmetric_size, symmetric_size_spec, SizeError, SymmetricSize, DEFAULT_SYMMETRIC_SIZE,
     SHMEM_SYMMETRIC_SIZE, SYMMETRIC_SIZE_PARAM,
@@ -291,6 +294,13 @@ impl SymmetricHeap {
     /// holds for the same offset on every process.
     pub fn base_alignment(&self) -> u64 {
         self.mapping.align()
+    }
+
+    /// Whether the heap sits at [`AGREED_BASE`], where every process of
+    /// the job tried to map its own; when all did, a symmetric object has
+    /// one address job-wide, not only one offset.
+    pub fn at_agreed_address(&self) -> bool {
+        self.mapping.at_agreed_address()
     }
 
     /// The memfd behind the segment, for node-local peers that map it.

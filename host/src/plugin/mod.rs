@@ -403,6 +403,7 @@ impl Registry {
             .into_iter()
             .chain(crate::p2p::param_specs())
             .chain(crate::memory::param_specs())
+            .chain(crate::shmem::param_specs())
         {
             if let Err(e) = params.register("fireopal", "", spec) {
                 errors.push(DiscoveryError::Param(e));

@@ -42,11 +42,11 @@ use std::time::{Duration, Instant};
 
 use fireopal_abi::btl::{
     Access, BtlAttributes, Completion, EventSink, MemRegion, PeerAddress, Rank, RdmaOp,
-    Reachability, Registration, SendiOutcome, Transport,
+    Reachability, Registration, RemoteMapping, SendiOutcome, Transport,
 };
 use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::{ErrorKind, PluginError};
-use fireopal_core::regcache::{CacheStats, RegCache, RegCacheConfig, TransportId};
+use fireopal_core::regcache::{self, CacheStats, RegCache, RegCacheConfig, TransportId};
 use fireopal_core::shmq::layout::{Header, Layout, LayoutParams, MAGIC, SLOT_DATA};
 use fireopal_core::shmq::{Kind, Malformed, LINE};
 use fireopal_core::wire::shm::{Address, RemoteKey};
@@ -164,6 +164,10 @@ struct State {
     next_op: u64,
     regs: IdMap<u64, LocalReg>,
     next_reg: u64,
+    /// Peers' registrations mapped for the caller (`map_remote`), each
+    /// holding its cached mapping alive, by id.
+    remote_maps: IdMap<u64, regcache::Registration<PeerMapper>>,
+    next_remote_map: u64,
     /// Whether process_vm_readv works at all here, or why not.
     cma: Result<(), String>,
     events: VecDeque<Event>,
@@ -307,6 +311,8 @@ impl ShmTransport {
                 next_op: 1,
                 regs: IdMap::default(),
                 next_reg: 1,
+                remote_maps: IdMap::default(),
+                next_remote_map: 1,
                 cma,
                 events: VecDeque::new(),
                 liveness_tick: 0,
@@ -597,6 +603,18 @@ impl Transport for ShmTransport {
             .remove(&id)
             .map(|_| ())
             .ok_or_else(|| PluginError::invalid(format!("no registration {id}")))
+    }
+
+    fn map_remote(&mut self, peer: Rank, remote_key: &[u8]) -> Result<RemoteMapping, PluginError> {
+        ShmTransport::map_remote(self, peer, remote_key)
+    }
+
+    fn unmap_remote(&mut self, id: u64) -> Result<(), PluginError> {
+        self.st
+            .remote_maps
+            .remove(&id)
+            .map(drop)
+            .ok_or_else(|| PluginError::invalid(format!("no remote mapping {id}")))
     }
 
     fn put(&mut self, op: &RdmaOp<'_>) -> Result<Completion, PluginError> {

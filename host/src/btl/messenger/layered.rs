@@ -1,7 +1,8 @@
-//! What the library's own layers (point-to-point) use of the messenger:
-//! handlers and sends on the framework's reserved tags, one-sided reads
-//! whose completions stay apart from the user's, and a count of peer
-//! failures that does not take them from the user.
+//! What the library's own layers (point-to-point, one-sided) use of the
+//! messenger: handlers and sends on the framework's reserved tags, RDMA
+//! whose completions stay apart from the user's and from the other
+//! layer's, and a count of peer failures that does not take them from the
+//! user.
 
 use fireopal_abi::btl::{MemRegion, Rank};
 
@@ -11,12 +12,14 @@ use super::{
 };
 
 /// Whose operation a send or RDMA is: its completion goes to
-/// [`Messenger::take_completions`] (the user's) or to
-/// [`Messenger::take_layer_completions`] (a layer's).
+/// [`Messenger::take_completions`] (the user's), to
+/// [`Messenger::take_layer_completions`] (point-to-point's) or to
+/// [`Messenger::take_one_sided_completions`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Class {
     User,
     Layer,
+    OneSided,
 }
 
 /// Completed operations, the user's and the layers' apart: an id's layer
@@ -25,11 +28,14 @@ pub(crate) enum Class {
 pub(super) struct Completions {
     pub(super) user: Vec<(SendId, Result<(), SendError>)>,
     pub(super) layer: Vec<(SendId, Result<(), SendError>)>,
+    pub(super) one_sided: Vec<(SendId, Result<(), SendError>)>,
 }
 
 impl Completions {
     pub(super) fn push(&mut self, id: SendId, status: Result<(), SendError>) {
-        if id.is_internal() {
+        if id.0 & ONE_SIDED_BIT != 0 {
+            self.one_sided.push((id, status));
+        } else if id.is_internal() {
             self.layer.push((id, status));
         } else {
             self.user.push((id, status));
@@ -39,6 +45,8 @@ impl Completions {
 
 /// The bit that marks a layer's [`SendId`]s.
 const LAYER_BIT: u64 = 1 << 63;
+/// With [`LAYER_BIT`], the bit that marks the one-sided layer's.
+const ONE_SIDED_BIT: u64 = 1 << 62;
 
 impl SendId {
     /// Whether the id belongs to one of the library's layers.
@@ -55,6 +63,7 @@ impl Messenger {
         match class {
             Class::User => SendId(n),
             Class::Layer => SendId(n | LAYER_BIT),
+            Class::OneSided => SendId(n | LAYER_BIT | ONE_SIDED_BIT),
         }
     }
 
@@ -120,6 +129,47 @@ impl Messenger {
             remote_addr,
             remote_key,
         )
+    }
+
+    /// Sends a message of `class` on a reserved tag.
+    pub(crate) fn send_class(
+        &mut self,
+        class: Class,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        self.send_message(peer, tag, header, payload, class)
+    }
+
+    /// An RDMA operation of `class`: a put if `write`, else a get.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rdma_class(
+        &mut self,
+        class: Class,
+        write: bool,
+        peer: Rank,
+        local: MemRegion,
+        local_handle: Option<&MemoryHandle>,
+        remote_addr: u64,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        self.rdma(
+            write,
+            class,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+            remote_key,
+        )
+    }
+
+    /// Completions of the one-sided layer's operations, each reported
+    /// once.
+    pub(crate) fn take_one_sided_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
+        std::mem::take(&mut self.completions.one_sided)
     }
 
     /// Completions of a layer's operations, each reported once.

@@ -41,7 +41,7 @@ use crate::param::ParamStore;
 #[derive(Debug)]
 pub(super) struct ModuleRegistration {
     id: u64,
-    remote_key: Vec<u8>,
+    pub(super) remote_key: Vec<u8>,
     /// The monitor watches its memory.
     watched: bool,
 }
@@ -94,11 +94,11 @@ impl RegistrationBackend for ModuleRegistrar {
 /// next call.
 #[derive(Debug)]
 pub struct MemoryHandle {
-    held: Held,
+    pub(super) held: Held,
 }
 
 #[derive(Debug)]
-enum Held {
+pub(super) enum Held {
     /// A registration of the cache.
     Cached(Registration<ModuleRegistrar>),
     /// Registrations on each lane of a route of several modules, and the
@@ -335,7 +335,7 @@ impl Messenger {
 
     /// A registration of `region` on module `i` through the cache.
     #[allow(unsafe_code)]
-    fn register_on(
+    pub(super) fn register_on(
         &mut self,
         i: usize,
         peer: Rank,

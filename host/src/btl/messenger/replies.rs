@@ -3,7 +3,7 @@
 
 use fireopal_abi::btl::Rank;
 
-use super::{Messenger, SendError, SendTicket, FIRST_RESERVED_TAG};
+use super::{Class, Messenger, SendError, SendTicket, FIRST_RESERVED_TAG};
 
 /// Sends a handler asks for while it runs. They leave once the module
 /// that delivered the message has returned from `progress`, in the order
@@ -20,6 +20,7 @@ pub(super) struct QueuedReply {
     tag: u8,
     header: Vec<u8>,
     payload: Vec<u8>,
+    class: Class,
 }
 
 impl Replies {
@@ -40,8 +41,21 @@ impl Replies {
             tag,
             header: header.to_vec(),
             payload: payload.to_vec(),
+            class: Class::User,
         });
         Ok(())
+    }
+
+    /// Queues a copy of a library layer's message, on its reserved tag;
+    /// its completion is the layer's (`class`).
+    pub(crate) fn send_layer(&mut self, class: Class, peer: Rank, tag: u8, header: &[u8]) {
+        self.queued.push(QueuedReply {
+            peer,
+            tag,
+            header: header.to_vec(),
+            payload: Vec::new(),
+            class,
+        });
     }
 
     /// Number of sends queued.
@@ -60,10 +74,16 @@ impl Messenger {
     /// fails is reported by `take_completions` under an id of its own.
     pub(super) fn send_replies(&mut self) {
         for reply in std::mem::take(&mut self.replies.queued) {
-            match self.send(reply.peer, reply.tag, &reply.header, &reply.payload) {
+            let sent = match reply.class {
+                Class::User => self.send(reply.peer, reply.tag, &reply.header, &reply.payload),
+                class => {
+                    self.send_message(reply.peer, reply.tag, &reply.header, &reply.payload, class)
+                }
+            };
+            match sent {
                 Ok(SendTicket::Done | SendTicket::Pending(_)) => {}
                 Err(e) => {
-                    let id = self.next_id(super::Class::User);
+                    let id = self.next_id(reply.class);
                     self.completions.push(id, Err(e));
                 }
             }

@@ -11,7 +11,7 @@
 //! ([`LocalReg`]) and does the copy when it progresses (in
 //! [`super::receive`]).
 
-use fireopal_abi::btl::{Access, Completion, RdmaOp};
+use fireopal_abi::btl::{Access, Completion, MemRegion, Rank, RdmaOp, RemoteMapping};
 use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::shmq::Kind;
@@ -52,6 +52,64 @@ impl LocalReg {
 }
 
 impl ShmTransport {
+    /// Maps the whole registration `remote_key` of `peer` into this
+    /// process, through the cached mapping of the segment it lies in. The
+    /// mapping is held (never dropped from the cache's memory) until
+    /// `unmap_remote`; a registration outside any segment of the peer's,
+    /// or with memfd mappings turned off, is refused as unsupported, for
+    /// the caller to go through `put` and `get` instead.
+    pub fn map_remote(
+        &mut self,
+        peer: Rank,
+        remote_key: &[u8],
+    ) -> Result<RemoteMapping, PluginError> {
+        let p = self.st.usable_peer(peer)?;
+        let key = RemoteKey::decode(remote_key)
+            .map_err(|e| PluginError::invalid(format!("map_remote: bad remote key: {e}")))?;
+        let peer_pid = match self.st.peers.get(p as usize).and_then(Option::as_ref) {
+            Some(peer) => peer.pid,
+            None => return Err(PluginError::new(ErrorKind::UNREACHABLE, "peer was removed")),
+        };
+        if key.pid != peer_pid {
+            return Err(PluginError::invalid(
+                "map_remote: remote key of another process",
+            ));
+        }
+        let Some(seg) = key.segment.filter(|_| self.st.cfg.single_copy.memfd()) else {
+            return Err(PluginError::unsupported(
+                "remote mappings of memory outside a mapped segment",
+            ));
+        };
+        let off = seg
+            .offset_of(key.base, key.len)
+            .ok_or_else(|| PluginError::invalid("map_remote: registration outside its segment"))?;
+        self.st.reap_buffers();
+        let reg = self
+            .st
+            .map_segment(p, &seg)
+            .map_err(|why| PluginError::new(ErrorKind::IO, format!("map_remote: {why}")))?;
+        let h = reg.handle();
+        if off
+            .checked_add(key.len)
+            .is_none_or(|end| end > h.len as u64)
+        {
+            return Err(PluginError::invalid(
+                "map_remote: range outside the mapping",
+            ));
+        }
+        // SAFETY: the range lies inside the mapping (checked above), which
+        // `reg` keeps alive until `unmap_remote` drops it.
+        let local = unsafe { MemRegion::new((h.addr + off as usize) as *mut u8, key.len as usize) };
+        let id = self.st.next_remote_map;
+        self.st.next_remote_map += 1;
+        self.st.remote_maps.insert(id, reg);
+        Ok(RemoteMapping {
+            id,
+            remote_addr: key.base,
+            local,
+        })
+    }
+
     pub(super) fn rdma(
         &mut self,
         op: &RdmaOp<'_>,

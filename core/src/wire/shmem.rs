@@ -1,0 +1,467 @@
+//! The one-sided layer's messages: atomics executed by the target, their
+//! answers, the barrier's notices, and what each process publishes about
+//! its symmetric heap.
+//!
+//! Addresses on the wire are offsets into the target's heap, so that the
+//! protocol holds whether or not the heaps sit at the same address.
+//!
+//! Layouts (little-endian, sizes in bytes): [`AmoRequest`] 40 (`kind, op,
+//! width, 0u8, 0u32, request u64, offset u64, operand u64, compare u64`);
+//! [`AmoReply`] 24 (`kind, status, 0u16, 0u32, request u64, value u64`);
+//! [`BarrierNotice`] 24 (`kind, round, 0u16, 0u32, epoch u64, flags u64`);
+//! [`HeapEntry`] 32 plus the key (`version, flags, 0u16, 0u32, base u64,
+//! len u64, key_len u32, 0u32, key`). Reserved bytes must be zero.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::wire::codec::{fixed, Fields, Reader, Writer};
+
+code_enum! {
+    /// What a one-sided message is.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Kind: u8 {
+        /// [`AmoRequest`].
+        AmoRequest = 1,
+        /// [`AmoReply`].
+        AmoReply = 2,
+        /// [`BarrierNotice`].
+        Barrier = 3,
+    }
+}
+
+code_enum! {
+    /// An atomic operation on one word of the target's heap.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum AmoOp: u8 {
+        /// Reads the word.
+        Fetch = 1,
+        /// Writes `operand`.
+        Set = 2,
+        /// Writes `operand`, answers the old value.
+        Swap = 3,
+        /// Writes `operand` if the word equals `compare`; answers the old
+        /// value.
+        CompareSwap = 4,
+        /// Adds `operand` (wrapping), answers the old value.
+        FetchAdd = 5,
+        /// Ands `operand` in, answers the old value.
+        FetchAnd = 6,
+        /// Ors `operand` in, answers the old value.
+        FetchOr = 7,
+        /// Xors `operand` in, answers the old value.
+        FetchXor = 8,
+    }
+}
+
+impl AmoOp {
+    /// The word after the operation, from the word before it: the model
+    /// every path (a CPU atomic through a mapping, or the target's own)
+    /// must agree with. Values are `width` bytes wide, in the low bits.
+    pub fn apply(self, width: Width, old: u64, operand: u64, compare: u64) -> u64 {
+        let new = match self {
+            Self::Fetch => old,
+            Self::Set | Self::Swap => operand,
+            Self::CompareSwap if old == compare & width.mask() => operand,
+            Self::CompareSwap => old,
+            Self::FetchAdd => old.wrapping_add(operand),
+            Self::FetchAnd => old & operand,
+            Self::FetchOr => old | operand,
+            Self::FetchXor => old ^ operand,
+        };
+        new & width.mask()
+    }
+}
+
+code_enum! {
+    /// Width of an atomic's word.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Width: u8 {
+        /// 32 bits.
+        W32 = 4,
+        /// 64 bits.
+        W64 = 8,
+    }
+}
+
+impl Width {
+    /// Bytes of the word.
+    pub const fn bytes(self) -> u64 {
+        self as u64
+    }
+
+    /// The bits a value of this width keeps.
+    pub const fn mask(self) -> u64 {
+        match self {
+            Self::W32 => u32::MAX as u64,
+            Self::W64 => u64::MAX,
+        }
+    }
+}
+
+code_enum! {
+    /// How the target answered an [`AmoRequest`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum AmoStatus: u8 {
+        /// Done; the value is the word before the operation.
+        Done = 0,
+        /// The word is not inside the target's heap.
+        OutOfRange = 1,
+        /// The word is not aligned to its width.
+        Misaligned = 2,
+    }
+}
+
+/// Why bytes are not a valid one-sided message or heap entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// Shorter than its kind's layout.
+    Short,
+    /// Longer than its kind's layout.
+    Trailing,
+    /// A kind byte no message has.
+    UnknownKind(u8),
+    /// An atomic operation no request names.
+    UnknownOp(u8),
+    /// A width other than 4 or 8.
+    UnknownWidth(u8),
+    /// A status no reply has.
+    UnknownStatus(u8),
+    /// A heap entry of another version.
+    UnknownVersion(u8),
+    /// A reserved byte is not zero.
+    Reserved,
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Short => f.write_str("message is shorter than its layout"),
+            Self::Trailing => f.write_str("message is longer than its layout"),
+            Self::UnknownKind(k) => write!(f, "unknown one-sided message kind {k}"),
+            Self::UnknownOp(op) => write!(f, "unknown atomic operation {op}"),
+            Self::UnknownWidth(w) => write!(f, "atomic width {w} is neither 4 nor 8"),
+            Self::UnknownStatus(s) => write!(f, "unknown atomic status {s}"),
+            Self::UnknownVersion(v) => write!(f, "heap entry of unknown version {v}"),
+            Self::Reserved => f.write_str("a reserved byte is not zero"),
+        }
+    }
+}
+
+impl core::error::Error for Malformed {}
+
+/// A decoded one-sided message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message {
+    /// An atomic for the target to execute.
+    AmoRequest(AmoRequest),
+    /// The target's answer.
+    AmoReply(AmoReply),
+    /// A barrier notice.
+    Barrier(BarrierNotice),
+}
+
+impl Message {
+    /// Reads a message; exactly its layout's bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Message, Malformed> {
+        let mut f = Fields::new(Reader::new(bytes), Malformed::Short);
+        let kind = f.u8()?;
+        let msg = match Kind::from_code(kind).ok_or(Malformed::UnknownKind(kind))? {
+            Kind::AmoRequest => {
+                let op = f.u8()?;
+                let op = AmoOp::from_code(op).ok_or(Malformed::UnknownOp(op))?;
+                let width = f.u8()?;
+                let width = Width::from_code(width).ok_or(Malformed::UnknownWidth(width))?;
+                f.reserved::<5>(Malformed::Reserved)?;
+                Message::AmoRequest(AmoRequest {
+                    op,
+                    width,
+                    request: f.u64()?,
+                    offset: f.u64()?,
+                    operand: f.u64()?,
+                    compare: f.u64()?,
+                })
+            }
+            Kind::AmoReply => {
+                let status = f.u8()?;
+                let status =
+                    AmoStatus::from_code(status).ok_or(Malformed::UnknownStatus(status))?;
+                f.reserved::<6>(Malformed::Reserved)?;
+                Message::AmoReply(AmoReply {
+                    status,
+                    request: f.u64()?,
+                    value: f.u64()?,
+                })
+            }
+            Kind::Barrier => {
+                let round = f.u8()?;
+                f.reserved::<6>(Malformed::Reserved)?;
+                Message::Barrier(BarrierNotice {
+                    round,
+                    epoch: f.u64()?,
+                    flags: f.u64()?,
+                })
+            }
+        };
+        if f.remaining() != 0 {
+            return Err(Malformed::Trailing);
+        }
+        Ok(msg)
+    }
+}
+
+/// An atomic the target executes on a word of its heap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmoRequest {
+    /// The operation.
+    pub op: AmoOp,
+    /// The word's width.
+    pub width: Width,
+    /// The requester's id, echoed in the reply.
+    pub request: u64,
+    /// The word's offset in the target's heap.
+    pub offset: u64,
+    /// The value written, added or combined.
+    pub operand: u64,
+    /// The value compared with ([`AmoOp::CompareSwap`]).
+    pub compare: u64,
+}
+
+impl AmoRequest {
+    /// Bytes of the encoded message.
+    pub const LEN: usize = 40;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::AmoRequest as u8);
+            w.u8(self.op as u8);
+            w.u8(self.width as u8);
+            w.zeros(5);
+            w.u64(self.request);
+            w.u64(self.offset);
+            w.u64(self.operand);
+            w.u64(self.compare);
+        })
+    }
+}
+
+/// The target's answer to an [`AmoRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmoReply {
+    /// Whether it was done.
+    pub status: AmoStatus,
+    /// The request answered.
+    pub request: u64,
+    /// The word before the operation.
+    pub value: u64,
+}
+
+impl AmoReply {
+    /// Bytes of the encoded message.
+    pub const LEN: usize = 24;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::AmoReply as u8);
+            w.u8(self.status as u8);
+            w.zeros(6);
+            w.u64(self.request);
+            w.u64(self.value);
+        })
+    }
+}
+
+/// One round's notice of a dissemination barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarrierNotice {
+    /// The round (0 to log2 of the job's size).
+    pub round: u8,
+    /// Which barrier of the job, counted from 0.
+    pub epoch: u64,
+    /// Bits the barrier ands across every process.
+    pub flags: u64,
+}
+
+impl BarrierNotice {
+    /// Bytes of the encoded message.
+    pub const LEN: usize = 24;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::Barrier as u8);
+            w.u8(self.round);
+            w.zeros(6);
+            w.u64(self.epoch);
+            w.u64(self.flags);
+        })
+    }
+}
+
+/// What a process publishes about its symmetric heap: where it is mapped
+/// and the remote key of its registration on every module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeapEntry<'a> {
+    /// The heap sits at the address every process tried first.
+    pub at_agreed_address: bool,
+    /// Its address in the publishing process.
+    pub base: u64,
+    /// Its length.
+    pub len: u64,
+    /// The remote key (`wire::am::encode_lane_keys` of every module's).
+    pub key: &'a [u8],
+}
+
+impl<'a> HeapEntry<'a> {
+    /// The layout's version.
+    pub const VERSION: u8 = 1;
+    /// Bytes before the key.
+    pub const FIXED_LEN: usize = 32;
+
+    /// The entry's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = alloc::vec![0u8; Self::FIXED_LEN + self.key.len()];
+        let mut w = Writer::new(&mut out);
+        w.u8(Self::VERSION);
+        w.u8(u8::from(self.at_agreed_address));
+        w.zeros(6);
+        w.u64(self.base);
+        w.u64(self.len);
+        w.u32(u32::try_from(self.key.len()).unwrap_or(u32::MAX));
+        w.zeros(4);
+        w.bytes(self.key);
+        out
+    }
+
+    /// Reads an entry; exactly its bytes.
+    pub fn decode(bytes: &'a [u8]) -> Result<HeapEntry<'a>, Malformed> {
+        let mut f = Fields::new(Reader::new(bytes), Malformed::Short);
+        let version = f.u8()?;
+        if version != Self::VERSION {
+            return Err(Malformed::UnknownVersion(version));
+        }
+        let at_agreed_address = match f.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(Malformed::Reserved),
+        };
+        f.reserved::<6>(Malformed::Reserved)?;
+        let base = f.u64()?;
+        let len = f.u64()?;
+        let key_len = f.u32()? as usize;
+        f.reserved::<4>(Malformed::Reserved)?;
+        let key = f.take(key_len)?;
+        if f.remaining() != 0 {
+            return Err(Malformed::Trailing);
+        }
+        Ok(HeapEntry {
+            at_agreed_address,
+            base,
+            len,
+            key,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn op() -> impl Strategy<Value = AmoOp> {
+        (1u8..=8).prop_map(|c| AmoOp::from_code(c).unwrap())
+    }
+
+    fn width() -> impl Strategy<Value = Width> {
+        prop_oneof![Just(Width::W32), Just(Width::W64)]
+    }
+
+    proptest! {
+        #[test]
+        fn requests_replies_and_notices_round_trip(
+            op in op(), width in width(), request: u64, offset: u64, operand: u64,
+            compare: u64, value: u64, round: u8, epoch: u64, flags: u64,
+        ) {
+            let req = AmoRequest { op, width, request, offset, operand, compare };
+            prop_assert_eq!(Message::decode(&req.encode()), Ok(Message::AmoRequest(req)));
+            let rep = AmoReply { status: AmoStatus::Done, request, value };
+            prop_assert_eq!(Message::decode(&rep.encode()), Ok(Message::AmoReply(rep)));
+            let b = BarrierNotice { round, epoch, flags };
+            prop_assert_eq!(Message::decode(&b.encode()), Ok(Message::Barrier(b)));
+        }
+
+        #[test]
+        fn heap_entries_round_trip(
+            fixed: bool, base: u64, len: u64, key in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let e = HeapEntry { at_agreed_address: fixed, base, len, key: &key };
+            let bytes = e.encode();
+            prop_assert_eq!(HeapEntry::decode(&bytes), Ok(e));
+        }
+
+        #[test]
+        fn any_bytes_decode_or_fail_cleanly(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = Message::decode(&bytes);
+            let _ = HeapEntry::decode(&bytes);
+        }
+
+        #[test]
+        fn every_cut_or_extension_is_refused(op in op(), width in width(), cut in 0usize..40) {
+            let req = AmoRequest { op, width, request: 1, offset: 2, operand: 3, compare: 4 };
+            let bytes = req.encode();
+            prop_assert_eq!(Message::decode(&bytes[..cut]), Err(Malformed::Short));
+            let mut long = bytes.to_vec();
+            long.push(0);
+            prop_assert_eq!(Message::decode(&long), Err(Malformed::Trailing));
+        }
+
+        #[test]
+        fn operations_keep_their_width(op in op(), width in width(), old: u64, operand: u64) {
+            let old = old & width.mask();
+            let new = op.apply(width, old, operand, old);
+            prop_assert_eq!(new & !width.mask(), 0);
+        }
+    }
+
+    #[test]
+    fn the_model_of_each_operation() {
+        let w = Width::W64;
+        assert_eq!(AmoOp::FetchAdd.apply(w, u64::MAX, 2, 0), 1);
+        assert_eq!(
+            AmoOp::FetchAdd.apply(Width::W32, u64::from(u32::MAX), 1, 0),
+            0
+        );
+        assert_eq!(AmoOp::CompareSwap.apply(w, 5, 9, 5), 9);
+        assert_eq!(AmoOp::CompareSwap.apply(w, 5, 9, 6), 5);
+        assert_eq!(AmoOp::FetchAnd.apply(w, 0b1100, 0b1010, 0), 0b1000);
+        assert_eq!(AmoOp::FetchOr.apply(w, 0b1100, 0b1010, 0), 0b1110);
+        assert_eq!(AmoOp::FetchXor.apply(w, 0b1100, 0b1010, 0), 0b0110);
+        assert_eq!(AmoOp::Swap.apply(w, 1, 2, 0), 2);
+        assert_eq!(AmoOp::Fetch.apply(w, 1, 2, 0), 1);
+    }
+
+    #[test]
+    fn reserved_bytes_and_unknown_codes_are_refused() {
+        let req = AmoRequest {
+            op: AmoOp::Fetch,
+            width: Width::W64,
+            request: 0,
+            offset: 0,
+            operand: 0,
+            compare: 0,
+        };
+        let mut bytes = req.encode();
+        bytes[4] = 1;
+        assert_eq!(Message::decode(&bytes), Err(Malformed::Reserved));
+        let mut bytes = req.encode();
+        bytes[2] = 3;
+        assert_eq!(Message::decode(&bytes), Err(Malformed::UnknownWidth(3)));
+        assert_eq!(Message::decode(&[9]), Err(Malformed::UnknownKind(9)));
+        assert_eq!(
+            HeapEntry::decode(&[2; 40]),
+            Err(Malformed::UnknownVersion(2))
+        );
+    }
+}

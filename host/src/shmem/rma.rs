@@ -1,0 +1,315 @@
+//! Put and get, blocking and non-blocking, of bytes and typed elements;
+//! `put_signal`; `wait_until` on a symmetric variable.
+//!
+//! To this process's heap and to a mapped PE's, a transfer is one copy by
+//! the caller, complete when the call returns. To any other PE it is the
+//! transport's RDMA into (or from) the PE's registered heap; the
+//! transports complete a put once the data is in place at the target, so
+//! a completed put is delivered. Blocking calls wait for their own
+//! operation; non-blocking ones (`_nbi`) are complete at `quiet`.
+
+// Copies into and out of heaps that other processes share, and the
+// raw-pointer contract of the non-blocking calls.
+#![allow(unsafe_code)]
+
+use std::mem::size_of;
+
+use fireopal_abi::btl::MemRegion;
+use fireopal_core::wire::shmem::{AmoOp, Width};
+
+use super::atomic::{execute, AtomicWord};
+use super::path::Path;
+use super::{rank, Shmem, ShmemError};
+use crate::btl::{Class, SendTicket};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A plain type that put and get move: integers and floats, whose every
+/// bit pattern is a value.
+pub trait Element: Copy + sealed::Sealed {}
+
+macro_rules! element {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {}
+    )*};
+}
+
+element!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
+
+/// How [`Shmem::put_signal`] updates the signal word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalOp {
+    /// Writes the signal value (`SHMEM_SIGNAL_SET`).
+    Set,
+    /// Adds it (`SHMEM_SIGNAL_ADD`).
+    Add,
+}
+
+/// The comparison [`Shmem::wait_until`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitCmp {
+    /// Equal.
+    Eq,
+    /// Not equal.
+    Ne,
+    /// Greater than.
+    Gt,
+    /// Greater or equal.
+    Ge,
+    /// Less than.
+    Lt,
+    /// Less or equal.
+    Le,
+}
+
+impl WaitCmp {
+    fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            Self::Eq => a == b,
+            Self::Ne => a != b,
+            Self::Gt => a > b,
+            Self::Ge => a >= b,
+            Self::Lt => a < b,
+            Self::Le => a <= b,
+        }
+    }
+}
+
+/// Where a transfer's symmetric side is.
+enum Target {
+    /// In this process (own heap or a mapping), at this address.
+    Here(*mut u8),
+    /// At this address of the PE, through the transports with this key.
+    There(u64, Vec<u8>),
+}
+
+impl Shmem<'_> {
+    /// Where `len` bytes at symmetric address `addr` are on `pe`.
+    fn target(&mut self, pe: u32, addr: usize, len: usize) -> Result<Target, ShmemError> {
+        let offset = self.offset_of(addr, len)?;
+        Ok(match self.path(pe)? {
+            Path::Own => Target::Here(addr as *mut u8),
+            Path::Mapped { base, .. } => Target::Here(base.wrapping_add(offset as usize)),
+            Path::Remote { base, key } => Target::There(base + offset, key.clone()),
+        })
+    }
+
+    /// Starts an RDMA operation; its id when it completes later.
+    fn start_rdma(
+        &mut self,
+        pe: u32,
+        write: bool,
+        local: MemRegion,
+        remote: u64,
+        key: &[u8],
+    ) -> Result<Option<crate::btl::SendId>, ShmemError> {
+        let ticket =
+            self.m
+                .rdma_class(Class::OneSided, write, rank(pe), local, None, remote, key)?;
+        Ok(match ticket {
+            SendTicket::Done => None,
+            SendTicket::Pending(id) => {
+                self.st.pending.insert(id, pe);
+                Some(id)
+            }
+        })
+    }
+
+    /// Waits for one RDMA operation and gives its result.
+    fn finish_rdma(&mut self, pe: u32, id: Option<crate::btl::SendId>) -> Result<(), ShmemError> {
+        let Some(id) = id else { return Ok(()) };
+        self.wait(Some(pe), |st| !st.pending.contains_key(&id))?;
+        match self.st.failed.remove(&id) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// `shmem_put`: copies `src` to symmetric address `dest` on `pe`;
+    /// `src` may be reused when this returns.
+    pub fn put<T: Element>(&mut self, pe: u32, dest: *mut T, src: &[T]) -> Result<(), ShmemError> {
+        // SAFETY: `src` is a live slice, read before this returns (a
+        // transport's operation is waited for below).
+        let id = unsafe { self.put_start(pe, dest, src.as_ptr(), src.len())? };
+        self.finish_rdma(pe, id)
+    }
+
+    /// `shmem_get`: copies `dest.len()` elements at symmetric address
+    /// `src` on `pe` into `dest`.
+    pub fn get<T: Element>(
+        &mut self,
+        pe: u32,
+        dest: &mut [T],
+        src: *const T,
+    ) -> Result<(), ShmemError> {
+        // SAFETY: `dest` is a live, exclusive slice, written before this
+        // returns.
+        let id = unsafe { self.get_start(pe, dest.as_mut_ptr(), src, dest.len())? };
+        self.finish_rdma(pe, id)
+    }
+
+    /// `shmem_put_nbi`: starts copying `n` elements from `src` to
+    /// symmetric address `dest` on `pe`; complete at [`quiet`](Self::quiet).
+    ///
+    /// # Safety
+    ///
+    /// `src` must be valid for reads of `n` elements and stay unchanged
+    /// until the next `quiet` (or anything that implies one) returns.
+    pub unsafe fn put_nbi<T: Element>(
+        &mut self,
+        pe: u32,
+        dest: *mut T,
+        src: *const T,
+        n: usize,
+    ) -> Result<(), ShmemError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.put_start(pe, dest, src, n) }.map(drop)
+    }
+
+    /// `shmem_get_nbi`: starts copying `n` elements at symmetric address
+    /// `src` on `pe` into `dest`; complete at [`quiet`](Self::quiet).
+    ///
+    /// # Safety
+    ///
+    /// `dest` must be valid for writes of `n` elements, and not be read
+    /// or written by anyone else until the next `quiet` returns.
+    pub unsafe fn get_nbi<T: Element>(
+        &mut self,
+        pe: u32,
+        dest: *mut T,
+        src: *const T,
+        n: usize,
+    ) -> Result<(), ShmemError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.get_start(pe, dest, src, n) }.map(drop)
+    }
+
+    /// # Safety
+    ///
+    /// `src` is valid for reads of `n` elements until the operation
+    /// completes.
+    unsafe fn put_start<T: Element>(
+        &mut self,
+        pe: u32,
+        dest: *mut T,
+        src: *const T,
+        n: usize,
+    ) -> Result<Option<crate::btl::SendId>, ShmemError> {
+        let len = n
+            .checked_mul(size_of::<T>())
+            .ok_or(ShmemError::NotSymmetric {
+                addr: dest as usize,
+                len: usize::MAX,
+            })?;
+        self.check_pe(pe)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        match self.target(pe, dest as usize, len)? {
+            Target::Here(to) => {
+                // SAFETY: `to` is `len` bytes inside this heap or the
+                // mapping of `pe`'s (checked by `target`); `src` is valid
+                // per the contract. `copy` allows a source that overlaps
+                // this heap.
+                unsafe { std::ptr::copy(src.cast::<u8>(), to, len) };
+                Ok(None)
+            }
+            Target::There(remote, key) => {
+                // SAFETY: valid for reads until completion, per the
+                // contract; the transport only reads it.
+                let local = unsafe { MemRegion::new(src.cast_mut().cast::<u8>(), len) };
+                self.start_rdma(pe, true, local, remote, &key)
+            }
+        }
+    }
+
+    /// # Safety
+    ///
+    /// `dest` is valid for writes of `n` elements, and untouched by
+    /// others, until the operation completes.
+    unsafe fn get_start<T: Element>(
+        &mut self,
+        pe: u32,
+        dest: *mut T,
+        src: *const T,
+        n: usize,
+    ) -> Result<Option<crate::btl::SendId>, ShmemError> {
+        let len = n
+            .checked_mul(size_of::<T>())
+            .ok_or(ShmemError::NotSymmetric {
+                addr: src as usize,
+                len: usize::MAX,
+            })?;
+        self.check_pe(pe)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        match self.target(pe, src as usize, len)? {
+            Target::Here(from) => {
+                // SAFETY: `from` is `len` bytes inside this heap or the
+                // mapping of `pe`'s; `dest` is valid per the contract.
+                unsafe { std::ptr::copy(from, dest.cast::<u8>(), len) };
+                Ok(None)
+            }
+            Target::There(remote, key) => {
+                // SAFETY: valid for writes until completion, per the
+                // contract.
+                let local = unsafe { MemRegion::new(dest.cast::<u8>(), len) };
+                self.start_rdma(pe, false, local, remote, &key)
+            }
+        }
+    }
+
+    /// `shmem_put_signal`: copies `src` to `dest` on `pe`, then updates
+    /// the 64-bit signal word `sig` there with `signal` (`op`); a PE that
+    /// sees the signal sees the data.
+    pub fn put_signal<T: Element>(
+        &mut self,
+        pe: u32,
+        dest: *mut T,
+        src: &[T],
+        sig: *mut u64,
+        signal: u64,
+        op: SignalOp,
+    ) -> Result<(), ShmemError> {
+        // The data is in place when `put` returns (a stored copy, or a
+        // completed transport put), before the signal is sent.
+        self.put(pe, dest, src)?;
+        match op {
+            SignalOp::Set => self.atomic_set(pe, sig, signal),
+            SignalOp::Add => self.atomic_add(pe, sig, signal),
+        }
+    }
+
+    /// `shmem_wait_until`: makes progress until the symmetric word `ivar`
+    /// of this PE compares with `value` as `cmp` says; returns the word.
+    pub fn wait_until<T: AtomicWord + PartialOrd>(
+        &mut self,
+        ivar: *mut T,
+        cmp: WaitCmp,
+        value: T,
+    ) -> Result<T, ShmemError> {
+        let width: Width = T::WIDTH;
+        let addr = ivar as usize;
+        self.offset_of(addr, width.bytes() as usize)?;
+        if addr % width.bytes() as usize != 0 {
+            return Err(ShmemError::Misaligned(addr));
+        }
+        let load = || {
+            // SAFETY: an aligned word inside this process's heap (checked
+            // above), which other PEs update only atomically.
+            T::from_bits(unsafe { execute(addr as *mut u8, AmoOp::Fetch, width, 0, 0) })
+        };
+        let mut seen = load();
+        if !cmp.holds(seen, value) {
+            self.wait(None, |_| {
+                seen = load();
+                cmp.holds(seen, value)
+            })?;
+        }
+        Ok(seen)
+    }
+}

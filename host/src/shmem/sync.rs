@@ -1,0 +1,236 @@
+//! Completion and synchronisation: the handler that serves other PEs'
+//! atomics and records answers and barrier notices, the wait every
+//! blocking call goes through, `quiet`, `fence` and the barrier.
+//!
+//! The barrier is a dissemination barrier over active messages: in round
+//! `r` each PE tells PE `me + 2^r` and waits for PE `me - 2^r`, so
+//! `ceil(log2 n)` rounds meet everyone. Each notice carries flags that
+//! are anded on the way, which after the last round is the and of every
+//! PE's flags (the and is idempotent, so reaching a PE twice is harmless).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use fireopal_core::id_hash::IdHash;
+use fireopal_core::wire::shmem::{AmoReply, AmoStatus, BarrierNotice, Malformed, Message};
+
+use super::atomic::{execute, word_at};
+use super::{rank, Shmem, ShmemError, State, TAG_SHMEM};
+use crate::btl::{Class, Messenger, StallWatch};
+use crate::memheap::SymmetricHeap;
+
+/// The request-id bit of atomics whose value nobody waits for: their
+/// answers are only counted.
+pub(super) const NON_FETCHING: u64 = 1 << 63;
+
+/// What the handler recorded for the layer.
+#[derive(Debug, Default)]
+pub(super) struct Inbox {
+    /// Answers to fetching atomics, by request.
+    pub(super) replies: HashMap<u64, (AmoStatus, u64), IdHash>,
+    /// Answers to non-fetching atomics.
+    pub(super) acked: u64,
+    /// Non-fetching atomics the target refused.
+    pub(super) refused: Vec<(u32, AmoStatus)>,
+    /// Barrier notices: flags by (epoch, round).
+    pub(super) notices: HashMap<(u64, u8), u64>,
+    /// Messages that were not one-sided messages, and their sender.
+    pub(super) malformed: Vec<(u32, Malformed)>,
+}
+
+/// Installs the layer's handler: it runs other PEs' atomics on this heap
+/// and answers them, and records answers and barrier notices.
+pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc<RefCell<Inbox>>) {
+    let base = heap.base() as usize;
+    let len = heap.len();
+    m.register_layer(TAG_SHMEM, move |msg, replies| {
+        let peer = msg.peer;
+        let decoded = if msg.payload.is_empty() {
+            Message::decode(msg.header)
+        } else {
+            Err(Malformed::Trailing)
+        };
+        let mut inbox = inbox.borrow_mut();
+        match decoded {
+            Ok(Message::AmoRequest(req)) => {
+                let (status, value) = match word_at(base, len, req.offset, req.width) {
+                    // SAFETY: the word lies inside this process's heap,
+                    // aligned (checked by `word_at`); the heap outlives
+                    // the messenger that holds this handler.
+                    #[allow(unsafe_code)]
+                    Ok(word) => (AmoStatus::Done, unsafe {
+                        execute(word as *mut u8, req.op, req.width, req.operand, req.compare)
+                    }),
+                    Err(status) => (status, 0),
+                };
+                let reply = AmoReply {
+                    status,
+                    request: req.request,
+                    value,
+                };
+                replies.send_layer(Class::OneSided, peer, TAG_SHMEM, &reply.encode());
+            }
+            Ok(Message::AmoReply(reply)) if reply.request & NON_FETCHING != 0 => {
+                inbox.acked += 1;
+                if reply.status != AmoStatus::Done {
+                    inbox.refused.push((peer, reply.status));
+                }
+            }
+            Ok(Message::AmoReply(reply)) => {
+                inbox
+                    .replies
+                    .insert(reply.request, (reply.status, reply.value));
+            }
+            Ok(Message::Barrier(notice)) => {
+                *inbox
+                    .notices
+                    .entry((notice.epoch, notice.round))
+                    .or_insert(u64::MAX) &= notice.flags;
+            }
+            Err(error) => inbox.malformed.push((peer, error)),
+        }
+    });
+}
+
+/// Takes the layer's RDMA completions: done operations leave `pending`,
+/// failed ones keep their error for whoever waits on them, or `quiet`.
+fn collect(m: &mut Messenger, st: &mut State) {
+    for (id, result) in m.take_one_sided_completions() {
+        st.pending.remove(&id);
+        if let Err(e) = result {
+            st.failed.insert(id, ShmemError::from(e));
+        }
+    }
+}
+
+/// Makes progress until `done` holds. Fails on a malformed message, on the
+/// failure of `pe` (or, without one, of a PE this process has operations
+/// outstanding with), or after the stall limit with nothing happening.
+pub(super) fn wait(
+    m: &mut Messenger,
+    st: &mut State,
+    pe: Option<u32>,
+    mut done: impl FnMut(&mut State) -> bool,
+) -> Result<(), ShmemError> {
+    let mut watch = st.stall.map(StallWatch::new);
+    loop {
+        collect(m, st);
+        if let Some((pe, error)) = st.inbox.borrow_mut().malformed.pop() {
+            return Err(ShmemError::Malformed { pe, error });
+        }
+        if done(st) {
+            return Ok(());
+        }
+        let failed = match pe {
+            Some(pe) => m.peer_failed(rank(pe)).map(|f| (pe, f.clone())),
+            None => st
+                .pending
+                .values()
+                .chain(st.amo_targets.iter())
+                .find_map(|&pe| m.peer_failed(rank(pe)).map(|f| (pe, f.clone()))),
+        };
+        if let Some((pe, failure)) = failed {
+            return Err(ShmemError::PeerFailed { pe, failure });
+        }
+        let work = m.progress().map_err(ShmemError::Progress)?;
+        if let Some(w) = watch.as_mut() {
+            if w.stalled(work) {
+                return Err(ShmemError::Stalled { limit: w.limit() });
+            }
+        }
+    }
+}
+
+/// Waits for every operation this process started: RDMA, and the answers
+/// of non-fetching atomics. Reports the first failure among them.
+pub(super) fn quiet(m: &mut Messenger, st: &mut State) -> Result<(), ShmemError> {
+    let inbox = Rc::clone(&st.inbox);
+    wait(m, st, None, |st| {
+        st.pending.is_empty() && inbox.borrow().acked >= st.amo_sent
+    })?;
+    st.amo_targets.clear();
+    if let Some((pe, status)) = inbox.borrow_mut().refused.pop() {
+        return Err(ShmemError::AtomicRefused { pe, status });
+    }
+    let first = st.failed.keys().min().copied();
+    match first.and_then(|id| st.failed.remove(&id)) {
+        Some(e) => {
+            st.failed.clear();
+            Err(e)
+        }
+        None => Ok(()),
+    }
+}
+
+/// A barrier of every PE that ands `flags` across them; completes this
+/// process's operations first, as `shmem_barrier_all` does.
+pub(super) fn barrier(m: &mut Messenger, st: &mut State, flags: u64) -> Result<u64, ShmemError> {
+    quiet(m, st)?;
+    let (me, n) = (st.me, st.size);
+    let epoch = st.epoch;
+    st.epoch += 1;
+    let mut acc = flags;
+    let mut round = 0u8;
+    let mut dist = 1u32;
+    while dist < n {
+        let to = (me + dist) % n;
+        let from = (me + n - dist) % n;
+        let notice = BarrierNotice {
+            round,
+            epoch,
+            flags: acc,
+        }
+        .encode();
+        m.send_class(Class::OneSided, rank(to), TAG_SHMEM, &notice, &[])?;
+        let inbox = Rc::clone(&st.inbox);
+        wait(m, st, Some(from), |_| {
+            inbox.borrow().notices.contains_key(&(epoch, round))
+        })?;
+        acc &= inbox
+            .borrow_mut()
+            .notices
+            .remove(&(epoch, round))
+            .unwrap_or(0);
+        round += 1;
+        dist = dist.saturating_mul(2);
+    }
+    Ok(acc)
+}
+
+impl Shmem<'_> {
+    /// Makes progress until `done` holds (see [`wait`]).
+    pub(super) fn wait(
+        &mut self,
+        pe: Option<u32>,
+        done: impl FnMut(&mut State) -> bool,
+    ) -> Result<(), ShmemError> {
+        wait(self.m, self.st, pe, done)
+    }
+
+    /// `shmem_quiet`: every put, get, atomic and signal this PE issued is
+    /// complete (delivered at its target) when this returns. Fails with
+    /// the first error of a non-blocking operation since the last quiet.
+    pub fn quiet(&mut self) -> Result<(), ShmemError> {
+        quiet(self.m, self.st)
+    }
+
+    /// `shmem_fence`: puts, atomics and signals to each PE issued before
+    /// are delivered before those issued after. Stores through a mapping
+    /// are ordered by a store fence; operations through the transports are
+    /// completed, as by [`quiet`](Self::quiet), since lanes may reorder
+    /// them.
+    pub fn fence(&mut self) -> Result<(), ShmemError> {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.st.pending.is_empty() && self.st.amo_targets.is_empty() {
+            return Ok(());
+        }
+        self.quiet()
+    }
+
+    /// `shmem_barrier_all`: completes this PE's operations, then waits
+    /// until every PE has entered the barrier.
+    pub fn barrier_all(&mut self) -> Result<(), ShmemError> {
+        barrier(self.m, self.st, 0).map(drop)
+    }
+}
