@@ -33,7 +33,11 @@ fn address() -> impl Strategy<Value = VerbsAddress> {
                     link_layer,
                     port,
                     mtu,
-                    lid: if link_layer == LinkLayer::Ethernet { 0 } else { lid },
+                    lid: if link_layer == LinkLayer::Ethernet {
+                        0
+                    } else {
+                        lid
+                    },
                     gid_index,
                     cm_qpn,
                     qkey,
