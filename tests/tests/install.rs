@@ -46,7 +46,7 @@ fn install(prefix: &Path, extra: &[&str]) {
 fn installed_files(prefix: &Path) -> Vec<PathBuf> {
     let lib = prefix.join("lib").join("fireopal");
     let mut files = vec![prefix.join("bin").join("fireopal")];
-    for plugin in ["btl_shm", "btl_tcp", "memheap_ptmalloc"] {
+    for plugin in ["btl_shm", "btl_tcp", "btl_verbs", "memheap_ptmalloc"] {
         files.push(lib.join(format!("libfireopal_{plugin}.so")));
     }
     files
@@ -117,7 +117,7 @@ fn the_installed_command_finds_its_plugins_and_runs_a_job() {
         Duration::from_secs(60),
     );
     assert_eq!(out.code, Some(0), "{}", report(&out));
-    for plugin in ["btl_shm", "btl_tcp", "memheap_ptmalloc"] {
+    for plugin in ["btl_shm", "btl_tcp", "btl_verbs", "memheap_ptmalloc"] {
         let file = lib.join(format!("libfireopal_{plugin}.so"));
         let from = format!("from {}", file.display());
         assert!(
