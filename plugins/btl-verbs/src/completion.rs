@@ -78,10 +78,7 @@ impl Outcome {
     pub fn peer_failure(&self) -> Option<PluginError> {
         match self {
             Self::Failed(e) if e.kind.is_peer_failure() => Some(e.clone()),
-            Self::Failed(e) => Some(PluginError::new(
-                ErrorKind::PEER_FAILED,
-                e.message.as_str(),
-            )),
+            Self::Failed(e) => Some(PluginError::new(ErrorKind::PEER_FAILED, e.message.as_str())),
             _ => None,
         }
     }

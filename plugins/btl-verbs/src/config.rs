@@ -194,7 +194,13 @@ pub(crate) struct Settings {
     pub(crate) bandwidth_mbps: u32,
 }
 
-fn ranged(host: &Host, name: &'static str, default: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
+fn ranged(
+    host: &Host,
+    name: &'static str,
+    default: u64,
+    lo: u64,
+    hi: u64,
+) -> Result<u64, ConfigError> {
     let v = host.param_u64(name).unwrap_or(default);
     if (lo..=hi).contains(&v) {
         Ok(v)
@@ -261,8 +267,13 @@ impl Settings {
             priority: u32::try_from(priority)
                 .map_err(|_| bad(PRIORITY, format!("{priority} does not fit in 32 bits")))?,
             latency_ns: ranged(host, LATENCY, DEFAULT_LATENCY_NS, 0, u64::from(u32::MAX))? as u32,
-            bandwidth_mbps: ranged(host, BANDWIDTH, DEFAULT_BANDWIDTH_MBPS, 0, u64::from(u32::MAX))?
-                as u32,
+            bandwidth_mbps: ranged(
+                host,
+                BANDWIDTH,
+                DEFAULT_BANDWIDTH_MBPS,
+                0,
+                u64::from(u32::MAX),
+            )? as u32,
         })
     }
 

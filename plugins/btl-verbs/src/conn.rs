@@ -190,18 +190,16 @@ impl VerbsModule {
         let sge = self.recv.sge(slot, self.recv.slot_len());
         // SAFETY: the slot is in the registered pool and nothing reads it
         // until its next completion.
-        unsafe { self.srq.post(u64::from(slot), sge) }.map_err(|e| {
-            PluginError::new(ErrorKind::IO, format!("posting a receive buffer: {e}"))
-        })
+        unsafe { self.srq.post(u64::from(slot), sge) }
+            .map_err(|e| PluginError::new(ErrorKind::IO, format!("posting a receive buffer: {e}")))
     }
 
     /// Gives a receive buffer back to the datagram queue pair.
     pub(crate) fn repost_ud_recv(&mut self, slot: u32) -> Result<(), PluginError> {
         let sge = self.ud_recv.sge(slot, self.ud_recv.slot_len());
         // SAFETY: as in `repost_recv`.
-        unsafe { self.ud.post_recv(u64::from(slot), sge) }.map_err(|e| {
-            PluginError::new(ErrorKind::IO, format!("posting a datagram buffer: {e}"))
-        })
+        unsafe { self.ud.post_recv(u64::from(slot), sge) }
+            .map_err(|e| PluginError::new(ErrorKind::IO, format!("posting a datagram buffer: {e}")))
     }
 
     /// Starts the connection to `rank` if nothing has started it.
@@ -249,7 +247,10 @@ impl VerbsModule {
             match Ah::new(&self.pd, &ah_attr(&local, &peer.addr, params)) {
                 Ok(ah) => peer.ah = Some(ah),
                 Err(e) => {
-                    self.log(LogLevel::Warn, &format!("no address handle for rank {rank}: {e}"));
+                    self.log(
+                        LogLevel::Warn,
+                        &format!("no address handle for rank {rank}: {e}"),
+                    );
                     return;
                 }
             }
@@ -298,7 +299,10 @@ impl VerbsModule {
         if let Err(e) = unsafe { self.ud.post_send(&mut wr) } {
             self.ud_sq.unpost(p.id);
             self.ud_send.give_back(slot);
-            self.log(LogLevel::Warn, &format!("connection message to rank {rank}: {e}"));
+            self.log(
+                LogLevel::Warn,
+                &format!("connection message to rank {rank}: {e}"),
+            );
         }
     }
 
@@ -313,7 +317,10 @@ impl VerbsModule {
         }
         let rank = msg.src_rank;
         let Some(peer) = self.peers.get(&rank) else {
-            self.log(LogLevel::Debug, &format!("connection message from unknown rank {rank}"));
+            self.log(
+                LogLevel::Debug,
+                &format!("connection message from unknown rank {rank}"),
+            );
             return;
         };
         match peer.conn {
@@ -398,7 +405,13 @@ impl VerbsModule {
 
     /// Posts a message now if nothing is queued before it and credits,
     /// room and (unless inline) a send buffer are there. All or nothing.
-    pub(crate) fn try_post_now(&mut self, rank: Rank, tag: u8, header: &[u8], payload: &[u8]) -> bool {
+    pub(crate) fn try_post_now(
+        &mut self,
+        rank: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> bool {
         let max_inline = self.max_inline as usize;
         let interval_low = self.send_pool_low();
         let Some(peer) = self.peers.get_mut(&rank) else {
@@ -463,7 +476,13 @@ impl VerbsModule {
             let Some(slot) = self.send_pool.take() else {
                 return false;
             };
-            let len = write_fragment(self.send_pool.bytes_mut(slot), tag, header, payload, credits);
+            let len = write_fragment(
+                self.send_pool.bytes_mut(slot),
+                tag,
+                header,
+                payload,
+                credits,
+            );
             let Ok(p) = peer.sq.post(Item::Slot(slot), interval_low) else {
                 self.send_pool.give_back(slot);
                 return false;
@@ -572,7 +591,11 @@ impl VerbsModule {
                     let r = Request {
                         id: p.id,
                         signalled: true,
-                        opcode: if w.write { IBV_WR_RDMA_WRITE } else { IBV_WR_RDMA_READ },
+                        opcode: if w.write {
+                            IBV_WR_RDMA_WRITE
+                        } else {
+                            IBV_WR_RDMA_READ
+                        },
                         sges: &mut sges,
                         inline: false,
                         remote: Some((w.remote, w.rkey)),
@@ -699,7 +722,8 @@ impl VerbsModule {
         }
         if let Some(qp) = &peer.qp {
             if let Err(e) = qp.to_error() {
-                self.host.log(LogLevel::Debug, &format!("verbs: rank {rank}: {e}"));
+                self.host
+                    .log(LogLevel::Debug, &format!("verbs: rank {rank}: {e}"));
             }
         }
         for item in peer.backlog.drain(..) {
@@ -709,7 +733,8 @@ impl VerbsModule {
             fail_item(item, &error, &mut self.events);
         }
         if report {
-            self.events.push_back(Event::PeerFailed(rank, error.clone()));
+            self.events
+                .push_back(Event::PeerFailed(rank, error.clone()));
         }
         peer.conn = Conn::Failed { error };
     }

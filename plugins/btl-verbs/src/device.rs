@@ -156,7 +156,10 @@ fn name_of(dev: *mut ibv_device) -> String {
 
 /// Opens the device and port `settings` ask for (or the first active
 /// port), and reads what the address needs.
-pub(crate) fn open(verbs: &Arc<Verbs>, settings: &Settings) -> Result<(Context, PortInfo), DeviceError> {
+pub(crate) fn open(
+    verbs: &Arc<Verbs>,
+    settings: &Settings,
+) -> Result<(Context, PortInfo), DeviceError> {
     let mut count: c_int = 0;
     // SAFETY: `count` is a valid out-pointer; the list is freed below.
     let list = unsafe { (verbs.ibv_get_device_list)(&mut count) };
@@ -202,7 +205,10 @@ fn choose(
         // SAFETY: `dev` is an entry of the live list.
         let raw = unsafe { (verbs.ibv_open_device)(dev) };
         if raw.is_null() {
-            looked_at.push(format!("{name}: cannot open: {}", io::Error::last_os_error()));
+            looked_at.push(format!(
+                "{name}: cannot open: {}",
+                io::Error::last_os_error()
+            ));
             continue;
         }
         let ctx = Context {
@@ -277,9 +283,10 @@ fn query_gid(ctx: &Context, port: u8, index: c_int) -> Option<[u8; 16]> {
 /// The GID type the kernel reports for a table entry ("IB/RoCE v1",
 /// "RoCE v2"), from sysfs; `None` where it does not say.
 fn gid_type(device: &str, port: u8, index: c_int) -> Option<String> {
-    let path =
-        format!("/sys/class/infiniband/{device}/ports/{port}/gid_attrs/types/{index}");
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+    let path = format!("/sys/class/infiniband/{device}/ports/{port}/gid_attrs/types/{index}");
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
 }
 
 /// The GID to publish: the one asked for, index 0 on InfiniBand, and on
@@ -366,9 +373,8 @@ impl Cq {
     pub(crate) fn new(ctx: &Context, entries: u32) -> io::Result<Self> {
         let cqe = c_int::try_from(entries).unwrap_or(c_int::MAX);
         // SAFETY: the context is open; no channel, no completion vector.
-        let raw = unsafe {
-            (ctx.verbs.ibv_create_cq)(ctx.raw, cqe, ptr::null_mut(), ptr::null_mut(), 0)
-        };
+        let raw =
+            unsafe { (ctx.verbs.ibv_create_cq)(ctx.raw, cqe, ptr::null_mut(), ptr::null_mut(), 0) };
         if raw.is_null() {
             return Err(io::Error::last_os_error());
         }
@@ -465,7 +471,12 @@ impl Mr {
     ///
     /// The memory must stay mapped while the region lives, and be touched
     /// by the device only as the caller's operations allow.
-    pub(crate) unsafe fn new(pd: &Pd, addr: *mut u8, len: usize, access: c_int) -> io::Result<Self> {
+    pub(crate) unsafe fn new(
+        pd: &Pd,
+        addr: *mut u8,
+        len: usize,
+        access: c_int,
+    ) -> io::Result<Self> {
         // SAFETY: the domain is live; the caller vouches for the memory.
         let raw = unsafe { (pd.verbs.ibv_reg_mr)(pd.raw, addr.cast(), len, access) };
         if raw.is_null() {

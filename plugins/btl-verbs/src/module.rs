@@ -11,7 +11,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use fireopal_abi::btl::{
     exclusivity, Access, BtlAttributes, BtlFlags, Completion, EventSink, MemRegion, PeerAddress,
-    RdmaOp, Rank, Reachability, Registration, SendiOutcome, Transport,
+    Rank, RdmaOp, Reachability, Registration, SendiOutcome, Transport,
 };
 use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::{ErrorKind, PluginError};
@@ -25,7 +25,7 @@ use crate::config::{Settings, MAX_HEADER};
 use crate::conn::{Conn, Item, Peer, Queued, RdmaWork};
 use crate::device::{Context, Cq, Mr, Pd, PortInfo, Srq};
 use crate::ffi::types::{
-    ibv_wc, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, GRH_LEN,
+    ibv_wc, GRH_LEN, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
 };
 use crate::qp::{PathParams, Qp, QpSizes};
 use crate::signal::SendQueue;
@@ -126,17 +126,20 @@ impl VerbsModule {
         // connection when the device's limit is lower.
         let fixed = settings.srq_size + UD_RECV_SLOTS + UD_SEND_SLOTS;
         let max_cqe = port.max_cqe.max(fixed + 2 * peers);
-        let send_depth = settings
-            .send_queue
-            .min((max_cqe - fixed) / peers)
-            .max(2);
-        let cqe = fixed.saturating_add(send_depth.saturating_mul(peers)).min(max_cqe);
+        let send_depth = settings.send_queue.min((max_cqe - fixed) / peers).max(2);
+        let cqe = fixed
+            .saturating_add(send_depth.saturating_mul(peers))
+            .min(max_cqe);
         let cq = Cq::new(&ctx, cqe).map_err(|e| io_err("ibv_create_cq", e))?;
         let srq = Srq::new(&pd, settings.srq_size).map_err(|e| io_err("ibv_create_srq", e))?;
         let recv = Pool::new(&pd, settings.fragment_size as usize, settings.srq_size)
             .map_err(|e| io_err("registering receive buffers", e))?;
-        let send_pool = Pool::new(&pd, settings.fragment_size as usize, settings.srq_size.min(1024))
-            .map_err(|e| io_err("registering send buffers", e))?;
+        let send_pool = Pool::new(
+            &pd,
+            settings.fragment_size as usize,
+            settings.srq_size.min(1024),
+        )
+        .map_err(|e| io_err("registering send buffers", e))?;
         let ud_recv = Pool::new(&pd, GRH_LEN + 64, UD_RECV_SLOTS)
             .map_err(|e| io_err("registering datagram buffers", e))?;
         let ud_send = Pool::new(&pd, 64, UD_SEND_SLOTS)
@@ -215,7 +218,8 @@ impl VerbsModule {
     }
 
     pub(crate) fn log(&self, level: LogLevel, message: &str) {
-        self.host.log(level, &format!("verbs {}: {message}", self.ctx.name));
+        self.host
+            .log(level, &format!("verbs {}: {message}", self.ctx.name));
     }
 
     fn add_peer(&mut self, p: &PeerAddress<'_>) -> Reachability {
@@ -224,7 +228,9 @@ impl VerbsModule {
         }
         let addr = match VerbsAddress::parse(p.address.as_slice()) {
             Ok(a) => a,
-            Err(e) => return Reachability::Unreachable(format!("malformed verbs address: {e}").into()),
+            Err(e) => {
+                return Reachability::Unreachable(format!("malformed verbs address: {e}").into())
+            }
         };
         if addr.link_layer != self.local.link_layer {
             return Reachability::Unreachable(
@@ -300,7 +306,10 @@ impl VerbsModule {
             )));
         }
         let lkey = match self.registrations.get(&op.local_registration) {
-            Some(r) if op.local.addr() >= r.addr && op.local.addr() + op.local.len() <= r.addr + r.len => {
+            Some(r)
+                if op.local.addr() >= r.addr
+                    && op.local.addr() + op.local.len() <= r.addr + r.len =>
+            {
                 r.mr.as_ref().map_or(0, |m| m.lkey)
             }
             Some(_) => {
@@ -350,7 +359,13 @@ impl VerbsModule {
 /// A fragment of `tag`, `header` and `payload` written into `out` (at
 /// least [`FragmentHeader::total_len`] bytes), returning `credits` to the
 /// peer; its length.
-pub(crate) fn write_fragment(out: &mut [u8], tag: u8, header: &[u8], payload: &[u8], credits: u16) -> usize {
+pub(crate) fn write_fragment(
+    out: &mut [u8],
+    tag: u8,
+    header: &[u8],
+    payload: &[u8],
+    credits: u16,
+) -> usize {
     let head = FragmentHeader {
         kind: FragmentKind::Message,
         tag,
@@ -402,7 +417,10 @@ impl Transport for VerbsModule {
         for p in peers {
             let answer = self.add_peer(p);
             if let Reachability::Unreachable(reason) = &answer {
-                self.log(LogLevel::Debug, &format!("rank {} is unreachable: {reason}", p.rank));
+                self.log(
+                    LogLevel::Debug,
+                    &format!("rank {} is unreachable: {reason}", p.rank),
+                );
             }
             answers.push(answer);
         }
@@ -466,8 +484,18 @@ impl Transport for VerbsModule {
         Ok(Completion::Pending)
     }
 
-    fn register_mem(&mut self, region: MemRegion, access: Access) -> Result<Registration, PluginError> {
-        let mut flags = IBV_ACCESS_LOCAL_WRITE;
+    fn register_mem(
+        &mut self,
+        region: MemRegion,
+        access: Access,
+    ) -> Result<Registration, PluginError> {
+        // Local write only where asked for (a get's target, or memory
+        // peers write, which verbs requires to be locally writable too):
+        // read-only memory cannot be registered with it.
+        let mut flags = 0;
+        if access.contains(Access::LOCAL_WRITE) || access.contains(Access::REMOTE_WRITE) {
+            flags |= IBV_ACCESS_LOCAL_WRITE;
+        }
         if access.contains(Access::REMOTE_READ) {
             flags |= IBV_ACCESS_REMOTE_READ;
         }

@@ -124,7 +124,13 @@ impl Qp {
 
     /// A reliable-connected queue pair on the shared receive queue, moved
     /// to INIT (RDMA read and write allowed to the peer).
-    pub(crate) fn new_rc(pd: &Pd, cq: &Cq, srq: &Srq, port: u8, sizes: QpSizes) -> io::Result<Self> {
+    pub(crate) fn new_rc(
+        pd: &Pd,
+        cq: &Cq,
+        srq: &Srq,
+        port: u8,
+        sizes: QpSizes,
+    ) -> io::Result<Self> {
         let qp = Self::create(pd, cq, Some(srq), IBV_QPT_RC, sizes)?;
         let mut a = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
@@ -196,7 +202,14 @@ impl Qp {
     }
 
     /// The datagram queue pair, made ready to send and receive.
-    pub(crate) fn new_ud(pd: &Pd, cq: &Cq, port: u8, qkey: u32, psn: u32, sizes: QpSizes) -> io::Result<Self> {
+    pub(crate) fn new_ud(
+        pd: &Pd,
+        cq: &Cq,
+        port: u8,
+        qkey: u32,
+        psn: u32,
+        sizes: QpSizes,
+    ) -> io::Result<Self> {
         let qp = Self::create(pd, cq, None, IBV_QPT_UD, sizes)?;
         let mut a = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
@@ -270,7 +283,11 @@ fn verbs_of(pd: &Pd) -> &Arc<Verbs> {
 /// The route from `local`'s port to `peer`'s: by LID inside an InfiniBand
 /// subnet, with a global route header (the peer's GID) on Ethernet and
 /// across subnets.
-pub(crate) fn ah_attr(local: &VerbsAddress, peer: &VerbsAddress, params: PathParams) -> ibv_ah_attr {
+pub(crate) fn ah_attr(
+    local: &VerbsAddress,
+    peer: &VerbsAddress,
+    params: PathParams,
+) -> ibv_ah_attr {
     let global = local.needs_global_route(peer);
     ibv_ah_attr {
         grh: ibv_global_route {

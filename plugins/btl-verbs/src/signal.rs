@@ -34,7 +34,10 @@ impl fmt::Display for SignalError {
         match self {
             Self::Full => f.write_str("send queue full"),
             Self::UnknownCompletion(id) => {
-                write!(f, "completion of request {id}, which is not outstanding and signalled")
+                write!(
+                    f,
+                    "completion of request {id}, which is not outstanding and signalled"
+                )
             }
         }
     }

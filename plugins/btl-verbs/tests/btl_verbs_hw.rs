@@ -25,8 +25,8 @@ fn skip_reason() -> Option<String> {
         Ok(out) => out,
         Err(e) => {
             return Some(format!(
-                "ibv_devinfo cannot run ({e}); install ibverbs-utils on a machine with an RDMA device"
-            ))
+            "ibv_devinfo cannot run ({e}); install ibverbs-utils on a machine with an RDMA device"
+        ))
         }
     };
     let text = String::from_utf8_lossy(&out.stdout);
@@ -34,14 +34,22 @@ fn skip_reason() -> Option<String> {
         return None;
     }
     let said = String::from_utf8_lossy(&out.stderr);
-    let said = said.lines().chain(text.lines()).next().unwrap_or("no output");
+    let said = said
+        .lines()
+        .chain(text.lines())
+        .next()
+        .unwrap_or("no output");
     Some(format!("ibv_devinfo shows no port in PORT_ACTIVE ({said})"))
 }
 
 /// The setup of both tests: the device the site names, if any.
 fn setup() -> Setup {
     let mut s = Setup::ranks(2).stall_limit(Duration::from_secs(120));
-    for name in ["btl_verbs_device", "btl_verbs_gid_index", "btl_verbs_library"] {
+    for name in [
+        "btl_verbs_device",
+        "btl_verbs_gid_index",
+        "btl_verbs_library",
+    ] {
         let var = format!("FIREOPAL_{}", name.to_uppercase());
         if let Ok(v) = std::env::var(&var) {
             let value = match v.parse::<i64>() {

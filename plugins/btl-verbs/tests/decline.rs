@@ -52,7 +52,10 @@ fn a_library_without_the_verbs_functions_is_refused() {
     // ibv_* function.
     let a = query(&[("btl_verbs_library", ParamValue::Str("libc.so.6".into()))]);
     let why = reason(&a).expect("unavailable");
-    assert!(why.starts_with("libibverbs has no ibv_get_device_list"), "{why}");
+    assert!(
+        why.starts_with("libibverbs has no ibv_get_device_list"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -143,7 +143,11 @@ fn checks() -> Vec<Check> {
             "wr.rdma.remote_addr",
             wr + offset_of!(ibv_send_wr_rdma, remote_addr)
         ),
-        field_at!(ibv_send_wr, "wr.rdma.rkey", wr + offset_of!(ibv_send_wr_rdma, rkey)),
+        field_at!(
+            ibv_send_wr,
+            "wr.rdma.rkey",
+            wr + offset_of!(ibv_send_wr_rdma, rkey)
+        ),
         field_at!(ibv_send_wr, "wr.ud.ah", wr + offset_of!(ibv_send_wr_ud, ah)),
         field_at!(
             ibv_send_wr,
@@ -183,8 +187,14 @@ fn checks() -> Vec<Check> {
 fn constants() -> Vec<(&'static str, i64)> {
     vec![
         ("IBV_PORT_ACTIVE", i64::from(IBV_PORT_ACTIVE)),
-        ("IBV_LINK_LAYER_INFINIBAND", i64::from(IBV_LINK_LAYER_INFINIBAND)),
-        ("IBV_LINK_LAYER_ETHERNET", i64::from(IBV_LINK_LAYER_ETHERNET)),
+        (
+            "IBV_LINK_LAYER_INFINIBAND",
+            i64::from(IBV_LINK_LAYER_INFINIBAND),
+        ),
+        (
+            "IBV_LINK_LAYER_ETHERNET",
+            i64::from(IBV_LINK_LAYER_ETHERNET),
+        ),
         ("IBV_QPT_RC", i64::from(IBV_QPT_RC)),
         ("IBV_QPT_UD", i64::from(IBV_QPT_UD)),
         ("IBV_QPS_INIT", i64::from(IBV_QPS_INIT)),
@@ -201,13 +211,22 @@ fn constants() -> Vec<(&'static str, i64)> {
         ("IBV_QP_RETRY_CNT", i64::from(IBV_QP_RETRY_CNT)),
         ("IBV_QP_RNR_RETRY", i64::from(IBV_QP_RNR_RETRY)),
         ("IBV_QP_RQ_PSN", i64::from(IBV_QP_RQ_PSN)),
-        ("IBV_QP_MAX_QP_RD_ATOMIC", i64::from(IBV_QP_MAX_QP_RD_ATOMIC)),
+        (
+            "IBV_QP_MAX_QP_RD_ATOMIC",
+            i64::from(IBV_QP_MAX_QP_RD_ATOMIC),
+        ),
         ("IBV_QP_MIN_RNR_TIMER", i64::from(IBV_QP_MIN_RNR_TIMER)),
         ("IBV_QP_SQ_PSN", i64::from(IBV_QP_SQ_PSN)),
-        ("IBV_QP_MAX_DEST_RD_ATOMIC", i64::from(IBV_QP_MAX_DEST_RD_ATOMIC)),
+        (
+            "IBV_QP_MAX_DEST_RD_ATOMIC",
+            i64::from(IBV_QP_MAX_DEST_RD_ATOMIC),
+        ),
         ("IBV_QP_DEST_QPN", i64::from(IBV_QP_DEST_QPN)),
         ("IBV_ACCESS_LOCAL_WRITE", i64::from(IBV_ACCESS_LOCAL_WRITE)),
-        ("IBV_ACCESS_REMOTE_WRITE", i64::from(IBV_ACCESS_REMOTE_WRITE)),
+        (
+            "IBV_ACCESS_REMOTE_WRITE",
+            i64::from(IBV_ACCESS_REMOTE_WRITE),
+        ),
         ("IBV_ACCESS_REMOTE_READ", i64::from(IBV_ACCESS_REMOTE_READ)),
         ("IBV_WR_RDMA_WRITE", i64::from(IBV_WR_RDMA_WRITE)),
         ("IBV_WR_SEND", i64::from(IBV_WR_SEND)),
@@ -218,8 +237,14 @@ fn constants() -> Vec<(&'static str, i64)> {
         ("IBV_WC_GRH", i64::from(IBV_WC_GRH)),
         ("IBV_SYSFS_NAME_MAX", IBV_SYSFS_NAME_MAX as i64),
         ("IBV_SYSFS_PATH_MAX", IBV_SYSFS_PATH_MAX as i64),
-        ("IBV_WC_SUCCESS", i64::from(fireopal_btl_verbs::completion::WC_SUCCESS)),
-        ("IBV_WC_WR_FLUSH_ERR", i64::from(fireopal_btl_verbs::completion::WC_WR_FLUSH_ERR)),
+        (
+            "IBV_WC_SUCCESS",
+            i64::from(fireopal_btl_verbs::completion::WC_SUCCESS),
+        ),
+        (
+            "IBV_WC_WR_FLUSH_ERR",
+            i64::from(fireopal_btl_verbs::completion::WC_WR_FLUSH_ERR),
+        ),
     ]
 }
 

@@ -6,7 +6,9 @@
 use std::collections::VecDeque;
 
 use fireopal_abi::ErrorKind;
-use fireopal_btl_verbs::completion::{classify, kind_of, status_name, Outcome, WC_SUCCESS, WC_WR_FLUSH_ERR};
+use fireopal_btl_verbs::completion::{
+    classify, kind_of, status_name, Outcome, WC_SUCCESS, WC_WR_FLUSH_ERR,
+};
 use fireopal_btl_verbs::credit::{CreditError, Credits};
 use fireopal_btl_verbs::signal::{SendQueue, SignalError};
 use proptest::prelude::*;
@@ -288,6 +290,9 @@ fn statuses_that_name_a_cause_map_to_their_kinds() {
     // A local cause still fails the peer (the connection is gone), as a
     // peer failure.
     let failed = classify(4, 0, 3);
-    assert_eq!(failed.result().unwrap_err().kind, ErrorKind::INVALID_ARGUMENT);
+    assert_eq!(
+        failed.result().unwrap_err().kind,
+        ErrorKind::INVALID_ARGUMENT
+    );
     assert_eq!(failed.peer_failure().unwrap().kind, ErrorKind::PEER_FAILED);
 }
