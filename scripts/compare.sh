@@ -5,8 +5,9 @@
 # with the machine line and the machine's own limits. This is how the
 # project states a performance figure (docs/BENCHMARKS.md).
 #
-#   scripts/compare.sh [--bench pingpong|p2p|put|get] [--btl shm|tcp]
-#                      [--peers openmpi,mpich|none] [--rounds N] [--quick]
+#   scripts/compare.sh [--bench pingpong|p2p|put|get|shmem-put|shmem-get|shmem-atomic]
+#                      [--btl shm|tcp] [--peers openmpi,mpich,oshmem|none]
+#                      [--rounds N] [--quick]
 #                      [--json FILE] [--out DIR] [--no-build] [--no-limits]
 #                      [-- fireopal bench args...]
 #
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-    sed -n '8,12p' "$0" | sed 's/^# \{0,3\}//'
+    sed -n '8,13p' "$0" | sed 's/^# \{0,3\}//'
 }
 
 bench=pingpong btl=shm peers=auto rounds=3 quick=0 json="" build=1 out="" limits=1
@@ -38,10 +39,12 @@ while [ $# -gt 0 ]; do
         *) echo "compare.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-case "$bench" in pingpong|p2p|put|get) ;; *) echo "compare.sh: --bench is pingpong, p2p, put or get, not $bench" >&2; exit 2 ;; esac
-# The two-sided benchmarks share one MPI program and its peers.
-two_sided=0
-case "$bench" in pingpong|p2p) two_sided=1 ;; esac
+case "$bench" in pingpong|p2p|put|get|shmem-put|shmem-get|shmem-atomic) ;; *) echo "compare.sh: --bench is pingpong, p2p, put, get, shmem-put, shmem-get or shmem-atomic, not $bench" >&2; exit 2 ;; esac
+# The two-sided benchmarks share one MPI program and its peers; the
+# symmetric-heap ones compare with OpenSHMEM (and, for put and get over
+# tcp, with Open MPI's one-sided operations).
+two_sided=0 shmem=0
+case "$bench" in pingpong|p2p) two_sided=1 ;; shmem-*) shmem=1 ;; esac
 case "$btl" in shm|tcp) ;; *) echo "compare.sh: --btl is shm or tcp, not $btl" >&2; exit 2 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) echo "compare.sh: --rounds takes a whole number from 1, not $rounds" >&2; exit 2 ;; esac
 
@@ -50,9 +53,16 @@ if [ "$peers" = none ]; then
     peers=""
 elif [ "$peers" = auto ]; then
     peers=""
-    command -v mpicc.openmpi >/dev/null && peers="openmpi"
-    if command -v mpicc.mpich >/dev/null && [ "$two_sided" = 1 ]; then
-        peers="${peers:+$peers,}mpich"
+    if [ "$shmem" = 1 ]; then
+        command -v oshcc >/dev/null && peers="oshmem"
+        if command -v mpicc.openmpi >/dev/null && [ "$btl" = tcp ] && [ "$bench" != shmem-atomic ]; then
+            peers="${peers:+$peers,}openmpi"
+        fi
+    else
+        command -v mpicc.openmpi >/dev/null && peers="openmpi"
+        if command -v mpicc.mpich >/dev/null && [ "$two_sided" = 1 ]; then
+            peers="${peers:+$peers,}mpich"
+        fi
     fi
 fi
 peer_list=()
@@ -63,7 +73,10 @@ for p in "${peer_list[@]}"; do
         mpich)
             command -v mpicc.mpich >/dev/null || { echo "compare.sh: MPICH is not installed (Debian: mpich libmpich-dev)" >&2; exit 2; }
             [ "$two_sided" = 1 ] || { echo "compare.sh: the mpich peer runs pingpong and p2p only (its one-sided operations over ucx are not the pattern measured here)" >&2; exit 2; } ;;
-        *) echo "compare.sh: unknown peer $p (openmpi, mpich)" >&2; exit 2 ;;
+        oshmem)
+            command -v oshcc >/dev/null || { echo "compare.sh: OpenSHMEM is not installed (Debian: libopenmpi-dev, which has oshcc and oshrun)" >&2; exit 2; }
+            [ "$shmem" = 1 ] || { echo "compare.sh: the oshmem peer runs the shmem-* benchmarks only" >&2; exit 2; } ;;
+        *) echo "compare.sh: unknown peer $p (openmpi, mpich, oshmem)" >&2; exit 2 ;;
     esac
 done
 
@@ -83,13 +96,21 @@ if [ "$limits" = 1 ]; then
 fi
 case "$bench" in
     pingpong|p2p) mpi_src=scripts/mpi/pingpong.c mpi_args=() ;;
+    shmem-atomic) mpi_src="" mpi_args=() ;;
+    shmem-*) mpi_src=scripts/mpi/rma.c mpi_args=("${bench#shmem-}") ;;
     *) mpi_src=scripts/mpi/rma.c mpi_args=("$bench") ;;
 esac
+shmem_args=("${bench#shmem-}")
 if [ "$quick" = 1 ]; then
     [ "$two_sided" = 1 ] || { echo "compare.sh: --quick is for pingpong and p2p only" >&2; exit 2; }
     mpi_args+=(--quick)
 fi
 for p in "${peer_list[@]}"; do
+    if [ "$p" = oshmem ]; then
+        oshcc -O2 -o "$out/shmem_oshmem" scripts/shmem/shmem_lat.c 2>"$out/build-$p.log" ||
+            { cat "$out/build-$p.log" >&2; exit 1; }
+        continue
+    fi
     "mpicc.$p" -O2 -o "$out/mpi_$p" "$mpi_src" 2>"$out/build-$p.log" ||
         { cat "$out/build-$p.log" >&2; exit 1; }
 done
@@ -136,6 +157,15 @@ run_one() {
                 [ "$two_sided" = 1 ] || mca+=(--mca osc pt2pt)
             fi
             timeout 600 mpirun.openmpi "${ompi_common[@]}" "${mca[@]}" "$out/mpi_openmpi" "${mpi_args[@]}" >"$file"
+            ;;
+        oshmem)
+            # Open MPI's OSHMEM over UCX: shared memory, or UCX's tcp on lo.
+            # It crashes in shmem_finalize after printing its figures; the
+            # report needs the figures, so the exit status is not checked.
+            local ucx=()
+            [ "$btl" = tcp ] && ucx=(-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo)
+            timeout 600 oshrun "${ompi_common[@]}" "${ucx[@]}" "$out/shmem_oshmem" "${shmem_args[@]}" >"$file" 2>"$file.stderr" || true
+            grep -q ' B ' "$file" || { echo "compare.sh: oshmem printed no figures:" >&2; cat "$file" "$file.stderr" >&2; exit 1; }
             ;;
         mpich)
             if [ "$btl" = tcp ]; then

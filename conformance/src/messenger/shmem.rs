@@ -293,7 +293,7 @@ fn case_bad_arguments(c: &mut Ctx) -> Result<Outcome, String> {
             "a range past the heap's end",
             sh.get(
                 0,
-                &mut vec![0u8; 16],
+                &mut [0u8; 16],
                 word.wrapping_add(sh.heap().len() as usize - 8),
             ),
         ),

@@ -139,6 +139,7 @@ impl Shmem<'_> {
     /// One atomic on `pe`'s word at symmetric address `addr`; the word
     /// before it when `fetch` (a non-fetching one to a remote PE answers 0
     /// at once and completes by `quiet`).
+    #[allow(clippy::too_many_arguments)]
     fn amo(
         &mut self,
         pe: u32,

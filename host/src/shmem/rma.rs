@@ -78,6 +78,33 @@ impl WaitCmp {
     }
 }
 
+/// Copies `len` bytes from `src` to `dst` at full speed whatever their
+/// alignments (`fireopal_core::copy`), or with `memmove` if they overlap
+/// (a put from the heap into itself).
+///
+/// # Safety
+///
+/// Both ranges are valid for `len` bytes, `src` for reads and `dst` for
+/// writes, and nobody else writes `src` meanwhile.
+unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
+    let (d, s) = (dst as usize, src as usize);
+    if d < s.wrapping_add(len) && s < d.wrapping_add(len) {
+        // SAFETY: valid ranges, as the caller promises; memmove allows
+        // the overlap.
+        unsafe { std::ptr::copy(src, dst, len) };
+        return;
+    }
+    // SAFETY: valid, disjoint ranges, as the caller promises and checked
+    // above; the slices live only for the copy.
+    let (to, from) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(dst, len),
+            std::slice::from_raw_parts(src, len),
+        )
+    };
+    fireopal_core::copy::copy_bytes(to, from);
+}
+
 /// Where a transfer's symmetric side is.
 enum Target {
     /// In this process (own heap or a mapping), at this address.
@@ -133,7 +160,7 @@ impl Shmem<'_> {
     pub fn put<T: Element>(&mut self, pe: u32, dest: *mut T, src: &[T]) -> Result<(), ShmemError> {
         // SAFETY: `src` is a live slice, read before this returns (a
         // transport's operation is waited for below).
-        let id = unsafe { self.put_start(pe, dest, src.as_ptr(), src.len())? };
+        let id = unsafe { self.put_start(pe, dest as usize, src.as_ptr(), src.len())? };
         self.finish_rdma(pe, id)
     }
 
@@ -147,7 +174,7 @@ impl Shmem<'_> {
     ) -> Result<(), ShmemError> {
         // SAFETY: `dest` is a live, exclusive slice, written before this
         // returns.
-        let id = unsafe { self.get_start(pe, dest.as_mut_ptr(), src, dest.len())? };
+        let id = unsafe { self.get_start(pe, dest.as_mut_ptr(), src as usize, dest.len())? };
         self.finish_rdma(pe, id)
     }
 
@@ -166,7 +193,7 @@ impl Shmem<'_> {
         n: usize,
     ) -> Result<(), ShmemError> {
         // SAFETY: the caller's contract.
-        unsafe { self.put_start(pe, dest, src, n) }.map(drop)
+        unsafe { self.put_start(pe, dest as usize, src, n) }.map(drop)
     }
 
     /// `shmem_get_nbi`: starts copying `n` elements at symmetric address
@@ -184,7 +211,7 @@ impl Shmem<'_> {
         n: usize,
     ) -> Result<(), ShmemError> {
         // SAFETY: the caller's contract.
-        unsafe { self.get_start(pe, dest, src, n) }.map(drop)
+        unsafe { self.get_start(pe, dest, src as usize, n) }.map(drop)
     }
 
     /// # Safety
@@ -194,27 +221,26 @@ impl Shmem<'_> {
     unsafe fn put_start<T: Element>(
         &mut self,
         pe: u32,
-        dest: *mut T,
+        dest: usize,
         src: *const T,
         n: usize,
     ) -> Result<Option<crate::btl::SendId>, ShmemError> {
         let len = n
             .checked_mul(size_of::<T>())
             .ok_or(ShmemError::NotSymmetric {
-                addr: dest as usize,
+                addr: dest,
                 len: usize::MAX,
             })?;
         self.check_pe(pe)?;
         if len == 0 {
             return Ok(None);
         }
-        match self.target(pe, dest as usize, len)? {
+        match self.target(pe, dest, len)? {
             Target::Here(to) => {
                 // SAFETY: `to` is `len` bytes inside this heap or the
                 // mapping of `pe`'s (checked by `target`); `src` is valid
-                // per the contract. `copy` allows a source that overlaps
-                // this heap.
-                unsafe { std::ptr::copy(src.cast::<u8>(), to, len) };
+                // per the contract.
+                unsafe { copy(to, src.cast::<u8>(), len) };
                 Ok(None)
             }
             Target::There(remote, key) => {
@@ -234,24 +260,24 @@ impl Shmem<'_> {
         &mut self,
         pe: u32,
         dest: *mut T,
-        src: *const T,
+        src: usize,
         n: usize,
     ) -> Result<Option<crate::btl::SendId>, ShmemError> {
         let len = n
             .checked_mul(size_of::<T>())
             .ok_or(ShmemError::NotSymmetric {
-                addr: src as usize,
+                addr: src,
                 len: usize::MAX,
             })?;
         self.check_pe(pe)?;
         if len == 0 {
             return Ok(None);
         }
-        match self.target(pe, src as usize, len)? {
+        match self.target(pe, src, len)? {
             Target::Here(from) => {
                 // SAFETY: `from` is `len` bytes inside this heap or the
                 // mapping of `pe`'s; `dest` is valid per the contract.
-                unsafe { std::ptr::copy(from, dest.cast::<u8>(), len) };
+                unsafe { copy(dest.cast::<u8>(), from, len) };
                 Ok(None)
             }
             Target::There(remote, key) => {
