@@ -64,28 +64,44 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     registry.check_btls_open();
     // In a job of several ranks, the lanes to every peer (collective: the
     // messenger exchanges addresses).
+    // and the one-sided layer's heap and paths (collective: the runtime
+    // starts as every rank's does).
     let mut routes = None;
-    if let Some(mut b) = boot {
+    let mut one_sided = None;
+    if let Some(b) = boot {
         if b.size() > 1 {
-            match fireopal::btl::Messenger::init(&registry, &mut b) {
-                Ok(m) => routes = Some(Routes::of(&m)),
-                Err(e) => eprintln!("fireopal info: starting the messenger: {e}"),
+            match fireopal::Runtime::with_bootstrap(b, options.clone()) {
+                Ok(mut rt) => {
+                    routes = Some(Routes::of(rt.messenger()));
+                    one_sided = Some(OneSided::of(&mut rt));
+                    if let Err(e) = rt.finalize() {
+                        eprintln!("fireopal info: leaving the job: {e}");
+                    }
+                }
+                Err(e) => eprintln!("fireopal info: starting the runtime: {e}"),
             }
-        }
-        if let Err(e) = b.finalize() {
+        } else if let Err(e) = b.finalize() {
             eprintln!("fireopal info: leaving the job: {e}");
         }
     }
     if json {
         let mut out = to_json(&registry);
-        if let (Json::Obj(fields), Some(r)) = (&mut out, &routes) {
-            fields.push(("routes", r.to_json()));
+        if let Json::Obj(fields) = &mut out {
+            if let Some(r) = &routes {
+                fields.push(("routes", r.to_json()));
+            }
+            if let Some(o) = &one_sided {
+                fields.push(("one_sided", o.to_json()));
+            }
         }
         println!("{}", out.render());
     } else {
         print!("{}", to_text(&registry));
         if let Some(r) = &routes {
             print!("{}", r.to_text());
+        }
+        if let Some(o) = &one_sided {
+            print!("{}", o.to_text());
         }
     }
     for e in registry.errors() {
@@ -100,6 +116,69 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// This rank's symmetric heap and how its one-sided operations reach
+/// every PE.
+struct OneSided {
+    rank: u32,
+    base: usize,
+    symmetric: bool,
+    paths: Vec<String>,
+}
+
+impl OneSided {
+    fn of(rt: &mut fireopal::Runtime) -> Self {
+        let rank = rt.rank();
+        let base = rt.heap().base() as usize;
+        let mut sh = rt.shmem();
+        let symmetric = sh.symmetric_addresses();
+        let paths = (0..sh.n_pes())
+            .map(|pe| match sh.path_kind(pe) {
+                Ok(fireopal::shmem::PathKind::Own) => "own".to_owned(),
+                Ok(fireopal::shmem::PathKind::Mapped) => "mapped".to_owned(),
+                Ok(fireopal::shmem::PathKind::Remote) => "transport".to_owned(),
+                Err(e) => format!("unreachable ({e})"),
+            })
+            .collect();
+        OneSided {
+            rank,
+            base,
+            symmetric,
+            paths,
+        }
+    }
+
+    fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let how = if self.symmetric {
+            "the agreed address on every PE: a pointer into it means the same object on each"
+        } else {
+            "not at the agreed address on every PE: operations carry offsets"
+        };
+        let mut out = format!(
+            "
+one-sided layer of rank {}: symmetric heap at {:#x}, {how}
+",
+            self.rank, self.base
+        );
+        for (pe, path) in self.paths.iter().enumerate() {
+            let _ = writeln!(out, "  PE {pe}: {path}");
+        }
+        out
+    }
+
+    fn to_json(&self) -> Json {
+        Json::Obj(vec![
+            ("rank", Json::Int(i128::from(self.rank))),
+            ("heap_base", Json::Int(self.base as i128)),
+            ("symmetric_addresses", Json::Bool(self.symmetric)),
+            (
+                "paths",
+                Json::Arr(self.paths.iter().map(|p| Json::str(p.clone())).collect()),
+            ),
+        ])
     }
 }
 

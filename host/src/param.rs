@@ -151,6 +151,8 @@ pub enum ValueError {
     TooLarge,
     /// Not one of the words the parameter takes (listed).
     NotOneOf(&'static [&'static str]),
+    /// Not `auto`, `any` or a page-aligned hexadecimal address.
+    NotAnAddress,
 }
 
 impl fmt::Display for ValueError {
@@ -179,6 +181,9 @@ impl fmt::Display for ValueError {
             Self::BadSuffix(c) => write!(f, "unknown size suffix {c:?} (use k, m, g or t)"),
             Self::TooManyDigits => f.write_str("too many digits"),
             Self::TooLarge => f.write_str("size does not fit in 64 bits"),
+            Self::NotAnAddress => f.write_str(
+                "expected auto, any or a page-aligned hexadecimal address such as 0x600000000000",
+            ),
             Self::NotOneOf(words) => {
                 f.write_str("expected ")?;
                 for (i, w) in words.iter().enumerate() {

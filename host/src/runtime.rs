@@ -113,8 +113,17 @@ impl Runtime {
 
     /// Like [`init`](Self::init), with `--param`-style settings in
     /// `options.command_line` (its `job` is filled from the bootstrap).
-    pub fn init_with(mut options: Options) -> Result<Runtime, RuntimeError> {
-        let mut boot = Bootstrap::init().map_err(RuntimeError::Bootstrap)?;
+    pub fn init_with(options: Options) -> Result<Runtime, RuntimeError> {
+        let boot = Bootstrap::init().map_err(RuntimeError::Bootstrap)?;
+        Self::with_bootstrap(boot, options)
+    }
+
+    /// Like [`init_with`](Self::init_with), in a job this process has
+    /// already joined with `boot` (collective as well).
+    pub fn with_bootstrap(
+        mut boot: Bootstrap,
+        mut options: Options,
+    ) -> Result<Runtime, RuntimeError> {
         options.job = boot.job_info();
         let registry = Registry::open(&options).map_err(RuntimeError::Components)?;
         let messenger = Messenger::init(&registry, &mut boot).map_err(RuntimeError::Messenger)?;

@@ -4,7 +4,8 @@
 //! going through the transports instead (one word updated by CPU atomics
 //! through mappings, by the target's handler and by the target itself at
 //! once), over tcp pinned to loopback, over two tcp links (striped RDMA),
-//! and alone.
+//! alone, and with one PE's heap elsewhere than the others'; and what
+//! `fireopal info` tells of the one-sided layer in a job.
 
 use std::process::Command;
 use std::time::Duration;
@@ -21,27 +22,41 @@ const CASES: [&str; 6] = [
     "bad-arguments",
 ];
 
-/// `fireopal run -n <ranks> [--param ...] -- fireopal conformance --shmem
-/// [extra...]` with `FIREOPAL_BTL=<btl>`; checks that every rank passed
-/// every case.
-fn passes(btl: &str, ranks: u32, params: &[&str], extra: &[&str]) -> RunOutput {
+/// `fireopal run -n <ranks> [--param ...] -- <rank command>` with
+/// `FIREOPAL_BTL=<btl>` and nothing else of the developer's settings.
+fn job(btl: &str, ranks: u32, params: &[&str], rank_command: &[&str]) -> RunOutput {
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     let mut cmd = Command::new(&host);
     cmd.args(["run", "-n", &ranks.to_string()]);
     for p in params {
         cmd.args(["--param", p]);
     }
-    cmd.arg("--")
-        .arg(&host)
-        .args(["conformance", "--shmem"])
-        .args(extra);
+    cmd.arg("--").args(rank_command);
     for (var, _) in std::env::vars() {
         if var.starts_with("FIREOPAL_") {
             cmd.env_remove(var);
         }
     }
     cmd.env("FIREOPAL_BTL", btl);
-    let out = run_with_timeout(&mut cmd, Duration::from_secs(300));
+    cmd.env("SHMEM_TEST_FIREOPAL", &host);
+    run_with_timeout(&mut cmd, Duration::from_secs(300))
+}
+
+/// `fireopal run -n <ranks> [--param ...] -- fireopal conformance --shmem
+/// [extra...]` with `FIREOPAL_BTL=<btl>`; checks that every rank passed
+/// every case.
+fn passes(btl: &str, ranks: u32, params: &[&str], extra: &[&str]) -> RunOutput {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let host = host.to_string_lossy();
+    let mut command = vec![host.as_ref(), "conformance", "--shmem"];
+    command.extend_from_slice(extra);
+    let out = job(btl, ranks, params, &command);
+    check_passed(&out, btl, ranks, params, extra);
+    out
+}
+
+/// Every rank passed every case and said so in its summary.
+fn check_passed(out: &RunOutput, btl: &str, ranks: u32, params: &[&str], extra: &[&str]) {
     let what = format!("--shmem {extra:?} with FIREOPAL_BTL={btl} on {ranks} ranks {params:?}");
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(!out.timed_out, "{what} timed out\n{report}");
@@ -64,7 +79,6 @@ fn passes(btl: &str, ranks: u32, params: &[&str], extra: &[&str]) -> RunOutput {
             "{what}: missing {summary:?}\n{report}"
         );
     }
-    out
 }
 
 /// The paths rank `rank` printed, as `Own, Mapped, ...`.
@@ -118,4 +132,62 @@ fn tcp_over_two_links_stripes_the_heap_s_rdma() {
 fn one_pe_alone() {
     let out = passes("self", 1, &[], &[]);
     assert_eq!(paths_of(&out, 0), "Own");
+}
+
+#[test]
+fn a_heap_away_from_the_agreed_address_leaves_offsets_symmetric() {
+    // PE 1 lets the kernel place its heap: addresses differ, offsets do
+    // not, and every case still passes.
+    let script = r#"[ "$PMI_RANK" = 1 ] && export FIREOPAL_SYMMETRIC_BASE=any
+exec "$SHMEM_TEST_FIREOPAL" conformance --shmem"#;
+    let out = job("self,shm", 2, &[], &["sh", "-c", script]);
+    check_passed(&out, "self,shm", 2, &[], &["(PE 1 at any address)"]);
+    for rank in 0..2 {
+        let line = format!("rank {rank}: paths to the PEs: ");
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.starts_with(&line) && l.ends_with("symmetric addresses: false")),
+            "{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn info_in_a_job_shows_the_heap_and_the_path_to_every_pe() {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = job("self,shm", 2, &[], &[host.to_str().unwrap(), "info"]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    for rank in 0..2 {
+        let head = format!(
+            "one-sided layer of rank {rank}: symmetric heap at 0x600000000000, the agreed address on every PE"
+        );
+        assert!(out.stdout.contains(&head), "{}", out.stdout);
+    }
+    assert!(
+        out.stdout.contains("  PE 0: mapped\n  PE 1: own\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("  PE 0: own\n  PE 1: mapped\n"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_bad_symmetric_base_is_refused_naming_the_parameter() {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = Command::new(&host);
+    cmd.args(["info", "--param", "symmetric_base=0x1001"]);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(60));
+    assert_ne!(out.code, Some(0), "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("parameter symmetric_base: invalid value \"0x1001\" from the command line"),
+        "{}",
+        out.stderr
+    );
 }

@@ -113,8 +113,16 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Creates a memfd of `len` bytes and maps it.
+    /// Creates a memfd of `len` bytes and maps it, at [`AGREED_BASE`] if
+    /// that range is free.
+    #[cfg(test)]
     pub(crate) fn new(len: u64) -> Result<Mapping, MapError> {
+        Self::new_at(len, AGREED_BASE)
+    }
+
+    /// Creates a memfd of `len` bytes and maps it, at `at` if given and
+    /// that range is free, else where the kernel chooses.
+    pub(crate) fn new_at(len: u64, at: Option<usize>) -> Result<Mapping, MapError> {
         let page = page_size();
         let rounded = len
             .checked_next_multiple_of(page)
@@ -160,7 +168,7 @@ impl Mapping {
             });
         }
         let mapped = rounded as usize;
-        let agreed = AGREED_BASE
+        let agreed = at
             .filter(|&at| at % align as usize == 0)
             .and_then(|at| map_at(&fd, mapped, at));
         let base = match agreed {
@@ -367,5 +375,26 @@ mod tests {
             Mapping::new(1 << 62),
             Err(MapError::Resize { .. } | MapError::Map { .. })
         ));
+    }
+
+    #[test]
+    fn a_taken_address_sends_the_heap_elsewhere_and_nothing_is_replaced() {
+        // A private test address, so that other tests' heaps never hold it.
+        let at = 0x5800_0000_0000usize;
+        let first = Mapping::new_at(1 << 20, Some(at)).unwrap();
+        assert!(first.at_agreed_address());
+        assert_eq!(first.base() as usize, at);
+        // SAFETY: the first byte of the mapping made above.
+        unsafe { first.base().write(42) };
+        let second = Mapping::new_at(1 << 20, Some(at)).unwrap();
+        assert!(!second.at_agreed_address());
+        assert_ne!(second.base() as usize, at);
+        // SAFETY: as above; the second mapping did not replace it.
+        assert_eq!(unsafe { first.base().read() }, 42);
+        let anywhere = Mapping::new_at(1 << 20, None).unwrap();
+        assert!(!anywhere.at_agreed_address());
+        // Not aligned to the heap's size: elsewhere too.
+        let odd = Mapping::new_at(1 << 20, Some(at + (2 << 20) + 4096)).unwrap();
+        assert!(!odd.at_agreed_address());
     }
 }

@@ -73,6 +73,23 @@ use fireopal_abi::memheap::{MemheapModuleBox, MemheapStats};
 use fireopal_abi::PluginError;
 
 pub use mapping::{MapError, AGREED_BASE};
+
+/// The address a `symmetric_base` value names: `auto` is [`AGREED_BASE`],
+/// `any` none (the kernel chooses), else a page-aligned hexadecimal
+/// address (`0x...`).
+pub fn parse_symmetric_base(text: &str) -> Result<Option<usize>, crate::param::ValueError> {
+    match text.trim() {
+        "auto" => Ok(AGREED_BASE),
+        "any" => Ok(None),
+        t => t
+            .strip_prefix("0x")
+            .or_else(|| t.strip_prefix("0X"))
+            .and_then(|hex| usize::from_str_radix(hex, 16).ok())
+            .filter(|&a| a != 0 && a % 4096 == 0)
+            .map(Some)
+            .ok_or(crate::param::ValueError::NotAnAddress),
+    }
+}
 pub use size::{
     parse_symmetric_size, symmetric_size_spec, SizeError, SymmetricSize, DEFAULT_SYMMETRIC_SIZE,
     SHMEM_SYMMETRIC_SIZE, SYMMETRIC_SIZE_PARAM,
@@ -241,12 +258,29 @@ impl SymmetricHeap {
     /// to the registry's selected memheap component.
     pub fn init(registry: &Registry, options: &Options) -> Result<SymmetricHeap, InitError> {
         let size = resolve_symmetric_size(options).map_err(InitError::Size)?;
-        Self::with_size(registry, size.bytes)
+        // Discovery refused a bad value already (a job-level error).
+        let at = registry
+            .params()
+            .str_value("symmetric_base")
+            .map_or(Ok(AGREED_BASE), parse_symmetric_base)
+            .unwrap_or(AGREED_BASE);
+        Self::with_size_at(registry, size.bytes, at)
     }
 
-    /// Like [`init`](Self::init) with an explicit size in bytes.
+    /// Like [`init`](Self::init) with an explicit size in bytes, first
+    /// tried at [`AGREED_BASE`].
     pub fn with_size(registry: &Registry, bytes: u64) -> Result<SymmetricHeap, InitError> {
-        let mapping = Mapping::new(bytes).map_err(InitError::Map)?;
+        Self::with_size_at(registry, bytes, AGREED_BASE)
+    }
+
+    /// Like [`with_size`](Self::with_size), first tried at `at` (`None`:
+    /// wherever the kernel chooses).
+    pub fn with_size_at(
+        registry: &Registry,
+        bytes: u64,
+        at: Option<usize>,
+    ) -> Result<SymmetricHeap, InitError> {
+        let mapping = Mapping::new_at(bytes, at).map_err(InitError::Map)?;
         let (component, mut module) = registry.open_memheap().map_err(InitError::Open)?;
         let component = component.name().to_owned();
         module
@@ -296,9 +330,10 @@ impl SymmetricHeap {
         self.mapping.align()
     }
 
-    /// Whether the heap sits at [`AGREED_BASE`], where every process of
-    /// the job tried to map its own; when all did, a symmetric object has
-    /// one address job-wide, not only one offset.
+    /// Whether the heap sits at the address every process of the job tried
+    /// first (`symmetric_base`, by default [`AGREED_BASE`]); when all got
+    /// it, a symmetric object has one address job-wide, not only one
+    /// offset.
     pub fn at_agreed_address(&self) -> bool {
         self.mapping.at_agreed_address()
     }
@@ -450,5 +485,23 @@ impl SymmetricHeap {
 impl AsFd for SymmetricHeap {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symmetric_base_values() {
+        assert_eq!(parse_symmetric_base("auto"), Ok(AGREED_BASE));
+        assert_eq!(parse_symmetric_base("any"), Ok(None));
+        assert_eq!(
+            parse_symmetric_base(" 0x7000000000 "),
+            Ok(Some(0x70_0000_0000))
+        );
+        for bad in ["", "0", "0x0", "0x1001", "4096", "0xzz", "anywhere"] {
+            assert!(parse_symmetric_base(bad).is_err(), "{bad:?}");
+        }
     }
 }

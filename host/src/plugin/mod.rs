@@ -379,6 +379,11 @@ impl Registry {
             ),
             crate::memheap::size::symmetric_size_spec(),
             ParamSpec::new(
+                "symmetric_base",
+                ParamValue::Str("auto".into()),
+                "address every process maps its symmetric heap at, so that addresses in it are the same job-wide: auto (0x600000000000 on 64-bit systems), a page-aligned hexadecimal address, or any (where the kernel chooses; only offsets are then symmetric). Where the range is taken the heap goes elsewhere",
+            ),
+            ParamSpec::new(
                 "log_level",
                 ParamValue::Str("warn".into()),
                 "messages shown: error, warn, info or debug",
@@ -421,6 +426,12 @@ impl Registry {
                 if let Some(e) = params.reject(name, ValueError::NotOneOf(words)) {
                     errors.push(DiscoveryError::Param(e));
                 }
+            }
+        }
+        let base = params.str_value("symmetric_base").unwrap_or("auto");
+        if crate::memheap::parse_symmetric_base(base).is_err() {
+            if let Some(e) = params.reject("symmetric_base", ValueError::NotAnAddress) {
+                errors.push(DiscoveryError::Param(e));
             }
         }
         let log_level = match params.str_value("log_level").unwrap_or("warn") {
