@@ -25,6 +25,8 @@ const UPDATES: u64 = 2000;
 /// What every one-sided case works with on one PE.
 pub struct Ctx {
     rt: Runtime,
+    /// This PE is the one that dies in the `pe-death` case.
+    leave: bool,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -37,19 +39,21 @@ impl std::fmt::Debug for Ctx {
 pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs.
-pub const CASES: [(&str, Case); 6] = [
+/// (`pe-death` leaves the job one PE short, so it is last.)
+pub const CASES: [(&str, Case); 7] = [
     ("heap", case_heap),
     ("put-get", case_put_get),
     ("nonblocking", case_nonblocking),
     ("atomics", case_atomics),
     ("signal", case_signal),
     ("bad-arguments", case_bad_arguments),
+    ("pe-death", case_pe_death),
 ];
 
 /// Runs `cases` on this PE, then finalizes, unless a case failed.
 pub fn run(rt: Runtime, cases: &[(&'static str, Case)]) -> Result<Tally, SetupError> {
     let rank = rt.rank();
-    let mut c = Ctx { rt };
+    let mut c = Ctx { rt, leave: false };
     {
         let mut sh = c.rt.shmem();
         let kinds: Vec<String> = (0..sh.n_pes())
@@ -65,7 +69,14 @@ pub fn run(rt: Runtime, cases: &[(&'static str, Case)]) -> Result<Tally, SetupEr
         );
     }
     let tally = run_cases(rank, &mut c, cases);
-    if tally.failed > 0 {
+    if c.leave {
+        // Abruptly, as a crashed PE would: no finalize, no destructors.
+        std::process::exit(0);
+    }
+    let short = c.rt.size() == 2 && cases.iter().any(|(name, _)| *name == "pe-death");
+    if tally.failed > 0 || short {
+        // Peers may still wait on this PE, or the job is one PE short: no
+        // collective finalize.
         return Ok(tally);
     }
     c.rt.finalize().map_err(SetupError::Runtime)?;
@@ -314,5 +325,61 @@ fn case_bad_arguments(c: &mut Ctx) -> Result<Outcome, String> {
     }
     sh.barrier_all().map_err(err("barrier"))?;
     sh.free(word).map_err(err("free"))?;
+    Ok(Outcome::Passed)
+}
+
+/// The PE an error blames, if it names one.
+fn blamed(e: &ShmemError) -> Option<u32> {
+    match e {
+        ShmemError::PeerFailed { pe, .. } => Some(*pe),
+        _ => None,
+    }
+}
+
+/// PE 1 of a job of two leaves at once after a barrier, as a crashed PE
+/// would. PE 0's fetching atomic on it (when it goes through the
+/// transports: a mapped heap outlives its process) and its next barrier
+/// must fail naming PE 1, and so must a put after that.
+fn case_pe_death(c: &mut Ctx) -> Result<Outcome, String> {
+    let mut sh = c.rt.shmem();
+    if sh.n_pes() != 2 {
+        return Ok(Outcome::NotApplicable("needs a job of 2 PEs".into()));
+    }
+    let word = sh.calloc(1, 8).map_err(err("calloc"))?.cast::<u64>();
+    if sh.my_pe() == 1 {
+        c.leave = true;
+        return Ok(Outcome::Passed);
+    }
+    let remote = sh.path_kind(1).map_err(err("path"))? == PathKind::Remote;
+    if remote {
+        // Until PE 1 is gone its handler answers; bounded by the stall
+        // limit once it is.
+        loop {
+            match sh.atomic_fetch_add(1, word, 1u64) {
+                Ok(_) => continue,
+                Err(e) if blamed(&e) == Some(1) => break,
+                Err(e) => {
+                    return Err(format!(
+                        "fetch_add on the dead PE failed without naming it: {e}"
+                    ))
+                }
+            }
+        }
+    }
+    match sh.barrier_all() {
+        Ok(()) => return Err("a barrier with a dead PE completed".into()),
+        Err(e) if blamed(&e) == Some(1) => {}
+        Err(e) => {
+            return Err(format!(
+                "the barrier failed without naming the dead PE: {e}"
+            ))
+        }
+    }
+    if remote {
+        match sh.put(1, word, &[5u64]) {
+            Err(e) if blamed(&e) == Some(1) => {}
+            other => return Err(format!("a put to the dead PE: {other:?}")),
+        }
+    }
     Ok(Outcome::Passed)
 }
