@@ -32,6 +32,9 @@ use crate::module::{fail_item, fail_queued, write_fragment, Event, VerbsModule};
 use crate::qp::{ah_attr, Qp};
 use crate::signal::SendQueue;
 
+/// Where a fragment's `credits` field lies, filled in when a queued
+/// fragment is posted.
+pub(crate) const CREDITS_AT: std::ops::Range<usize> = 8..10;
 /// Connection requests sent before the peer is failed.
 pub(crate) const MAX_CONNECT_TRIES: u32 = 10;
 /// Delay before the first repeat of a request; doubled up to 6.4 s.
@@ -96,12 +99,6 @@ pub(crate) struct Peer {
     pub(crate) sq: SendQueue<Item>,
     pub(crate) credits: Credits,
     pub(crate) backlog: VecDeque<Queued>,
-}
-
-impl std::fmt::Debug for Ah {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Ah")
-    }
 }
 
 impl Peer {
@@ -539,7 +536,7 @@ impl VerbsModule {
                     };
                     peer.credits.try_take();
                     let credits = peer.credits.piggyback().to_le_bytes();
-                    if let Some(c) = bytes.get_mut(8..10) {
+                    if let Some(c) = bytes.get_mut(CREDITS_AT) {
                         c.copy_from_slice(&credits);
                     }
                     let len = bytes.len();

@@ -525,6 +525,12 @@ impl Ah {
     }
 }
 
+impl fmt::Debug for Ah {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Ah")
+    }
+}
+
 impl Drop for Ah {
     fn drop(&mut self) {
         // SAFETY: made by ibv_create_ah; datagrams using it are complete.

@@ -570,3 +570,35 @@ pub(crate) fn fail_item(item: &mut Item, error: &PluginError, events: &mut VecDe
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fireopal_core::wire::verbs::{FragmentHeader, FragmentKind, FRAGMENT_HEADER_LEN};
+    use proptest::prelude::*;
+
+    use super::write_fragment;
+    use crate::conn::CREDITS_AT;
+
+    proptest! {
+        #[test]
+        fn fragments_written_for_sending_parse_back_and_take_credits_in_place(
+            tag in any::<u8>(),
+            header in proptest::collection::vec(any::<u8>(), 0..64),
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+            credits in any::<u16>(),
+            later in any::<u16>(),
+        ) {
+            let mut out = vec![0u8; FRAGMENT_HEADER_LEN + header.len() + payload.len() + 7];
+            let len = write_fragment(&mut out, tag, &header, &payload, credits);
+            prop_assert_eq!(len, FRAGMENT_HEADER_LEN + header.len() + payload.len());
+            let f = FragmentHeader::parse(&out[..len]).unwrap();
+            prop_assert_eq!(f.head.kind, FragmentKind::Message);
+            prop_assert_eq!((f.head.tag, f.head.credits), (tag, credits));
+            prop_assert_eq!(f.header, header.as_slice());
+            prop_assert_eq!(f.payload, payload.as_slice());
+            // A queued fragment gets its credits when it is posted.
+            out[CREDITS_AT].copy_from_slice(&later.to_le_bytes());
+            prop_assert_eq!(FragmentHeader::parse(&out[..len]).unwrap().head.credits, later);
+        }
+    }
+}
