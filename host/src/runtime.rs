@@ -134,11 +134,14 @@ impl Runtime {
                 .register_symmetric_heap(&heap)
                 .map_err(RuntimeError::HeapRegistration)?,
         );
-        let direct = !matches!(
-            registry.params().value("shmem_direct"),
-            Some(fireopal_abi::param::ParamValue::Bool(false))
-        );
-        let shmem = shmem::State::init(p2p.messenger(), &heap, &mut boot, direct)
+        let off = |name| {
+            matches!(
+                registry.params().value(name),
+                Some(fireopal_abi::param::ParamValue::Bool(false))
+            )
+        };
+        let (direct, rdma) = (!off("shmem_direct"), !off("shmem_rdma"));
+        let shmem = shmem::State::init(p2p.messenger(), &heap, &mut boot, direct, rdma)
             .map_err(RuntimeError::Shmem)?;
         Ok(Runtime {
             shmem,

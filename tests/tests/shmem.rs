@@ -3,7 +3,8 @@
 //! (every node-local PE reached through a mapping), with half the PEs
 //! going through the transports instead (one word updated by CPU atomics
 //! through mappings, by the target's handler and by the target itself at
-//! once), over tcp pinned to loopback, over two tcp links (striped RDMA),
+//! once), over tcp pinned to loopback (with RDMA, and with the data in
+//! messages the target copies), over two tcp links (striped RDMA),
 //! alone, and with one PE's heap elsewhere than the others'; and what
 //! `fireopal info` tells of the one-sided layer in a job.
 
@@ -116,6 +117,19 @@ fn mappings_handlers_and_local_atomics_on_one_word_lose_no_update() {
 fn tcp_on_loopback_goes_through_the_transport() {
     let out = passes("self,tcp", 3, &["btl_tcp_if_include=lo"], &[]);
     assert_eq!(paths_of(&out, 2), "Remote, Remote, Own");
+}
+
+#[test]
+fn tcp_without_rdma_moves_the_data_in_messages_the_target_copies() {
+    for ranks in [2, 3] {
+        let out = passes(
+            "self,tcp",
+            ranks,
+            &["btl_tcp_if_include=lo", "shmem_rdma=false"],
+            &[],
+        );
+        assert!(paths_of(&out, 0).ends_with("Remote"));
+    }
 }
 
 #[test]

@@ -1,6 +1,6 @@
-//! The one-sided layer's messages: atomics executed by the target, their
-//! answers, the barrier's notices, and what each process publishes about
-//! its symmetric heap.
+//! The one-sided layer's messages: atomics, puts and gets executed by
+//! the target (for routes without RDMA), their answers, the barrier's
+//! notices, and what each process publishes about its symmetric heap.
 //!
 //! Addresses on the wire are offsets into the target's heap, so that the
 //! protocol holds whether or not the heaps sit at the same address.
@@ -9,6 +9,11 @@
 //! width, 0u8, 0u32, request u64, offset u64, operand u64, compare u64`);
 //! [`AmoReply`] 24 (`kind, status, 0u16, 0u32, request u64, value u64`);
 //! [`BarrierNotice`] 24 (`kind, round, 0u16, 0u32, epoch u64, flags u64`);
+//! [`PutRequest`] 24 (`kind, 0u8, 0u16, 0u32, request u64, offset u64`)
+//! with the data as payload, answered by an [`AmoReply`];
+//! [`GetRequest`] 32 (`kind, 0u8, 0u16, 0u32, request u64, offset u64,
+//! len u64`); [`GetReply`] 16 (`kind, status, 0u16, 0u32, request u64`)
+//! with the data as payload;
 //! [`HeapEntry`] 32 plus the key (`version, flags, 0u16, 0u32, base u64,
 //! len u64, key_len u32, 0u32, key`). Reserved bytes must be zero.
 
@@ -27,6 +32,12 @@ code_enum! {
         AmoReply = 2,
         /// [`BarrierNotice`].
         Barrier = 3,
+        /// [`PutRequest`].
+        PutRequest = 4,
+        /// [`GetRequest`].
+        GetRequest = 5,
+        /// [`GetReply`].
+        GetReply = 6,
     }
 }
 
@@ -131,6 +142,8 @@ pub enum Malformed {
     UnknownVersion(u8),
     /// A reserved byte is not zero.
     Reserved,
+    /// An answer to no request of this process's to that peer.
+    Unsolicited,
 }
 
 impl fmt::Display for Malformed {
@@ -144,6 +157,7 @@ impl fmt::Display for Malformed {
             Self::UnknownStatus(s) => write!(f, "unknown atomic status {s}"),
             Self::UnknownVersion(v) => write!(f, "heap entry of unknown version {v}"),
             Self::Reserved => f.write_str("a reserved byte is not zero"),
+            Self::Unsolicited => f.write_str("an answer to no request made to that PE"),
         }
     }
 }
@@ -159,10 +173,17 @@ pub enum Message {
     AmoReply(AmoReply),
     /// A barrier notice.
     Barrier(BarrierNotice),
+    /// Data for the target to write (the payload).
+    PutRequest(PutRequest),
+    /// A read for the target to answer.
+    GetRequest(GetRequest),
+    /// The answer to a read (the data is the payload).
+    GetReply(GetReply),
 }
 
 impl Message {
-    /// Reads a message; exactly its layout's bytes.
+    /// Reads a message header; exactly its layout's bytes. Only puts and
+    /// get replies carry a payload ([`Message::carries_payload`]).
     pub fn decode(bytes: &[u8]) -> Result<Message, Malformed> {
         let mut f = Fields::new(Reader::new(bytes), Malformed::Short);
         let kind = f.u8()?;
@@ -202,11 +223,119 @@ impl Message {
                     flags: f.u64()?,
                 })
             }
+            Kind::PutRequest => {
+                f.reserved::<7>(Malformed::Reserved)?;
+                Message::PutRequest(PutRequest {
+                    request: f.u64()?,
+                    offset: f.u64()?,
+                })
+            }
+            Kind::GetRequest => {
+                f.reserved::<7>(Malformed::Reserved)?;
+                Message::GetRequest(GetRequest {
+                    request: f.u64()?,
+                    offset: f.u64()?,
+                    len: f.u64()?,
+                })
+            }
+            Kind::GetReply => {
+                let status = f.u8()?;
+                let status =
+                    AmoStatus::from_code(status).ok_or(Malformed::UnknownStatus(status))?;
+                f.reserved::<6>(Malformed::Reserved)?;
+                Message::GetReply(GetReply {
+                    status,
+                    request: f.u64()?,
+                })
+            }
         };
         if f.remaining() != 0 {
             return Err(Malformed::Trailing);
         }
         Ok(msg)
+    }
+}
+
+impl Message {
+    /// Whether a message of this kind carries data after its header.
+    pub fn carries_payload(&self) -> bool {
+        matches!(self, Self::PutRequest(_) | Self::GetReply(_))
+    }
+}
+
+/// Data the target writes into its heap (the message's payload), for a
+/// route without RDMA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutRequest {
+    /// The requester's id, echoed in the [`AmoReply`] that acknowledges it.
+    pub request: u64,
+    /// Where the data goes in the target's heap.
+    pub offset: u64,
+}
+
+impl PutRequest {
+    /// Bytes of the encoded header.
+    pub const LEN: usize = 24;
+
+    /// The header bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::PutRequest as u8);
+            w.zeros(7);
+            w.u64(self.request);
+            w.u64(self.offset);
+        })
+    }
+}
+
+/// A read of the target's heap, for a route without RDMA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetRequest {
+    /// The requester's id, echoed in the [`GetReply`].
+    pub request: u64,
+    /// Where the data is in the target's heap.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: u64,
+}
+
+impl GetRequest {
+    /// Bytes of the encoded message.
+    pub const LEN: usize = 32;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::GetRequest as u8);
+            w.zeros(7);
+            w.u64(self.request);
+            w.u64(self.offset);
+            w.u64(self.len);
+        })
+    }
+}
+
+/// The target's answer to a [`GetRequest`]; the data is the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetReply {
+    /// Whether the range was read.
+    pub status: AmoStatus,
+    /// The request answered.
+    pub request: u64,
+}
+
+impl GetReply {
+    /// Bytes of the encoded header.
+    pub const LEN: usize = 16;
+
+    /// The header bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::GetReply as u8);
+            w.u8(self.status as u8);
+            w.zeros(6);
+            w.u64(self.request);
+        })
     }
 }
 
@@ -390,6 +519,14 @@ mod tests {
             prop_assert_eq!(Message::decode(&rep.encode()), Ok(Message::AmoReply(rep)));
             let b = BarrierNotice { round, epoch, flags };
             prop_assert_eq!(Message::decode(&b.encode()), Ok(Message::Barrier(b)));
+            let p = PutRequest { request, offset };
+            prop_assert_eq!(Message::decode(&p.encode()), Ok(Message::PutRequest(p)));
+            let g = GetRequest { request, offset, len: operand };
+            prop_assert_eq!(Message::decode(&g.encode()), Ok(Message::GetRequest(g)));
+            let r = GetReply { status: AmoStatus::OutOfRange, request };
+            prop_assert_eq!(Message::decode(&r.encode()), Ok(Message::GetReply(r)));
+            prop_assert!(Message::GetReply(r).carries_payload());
+            prop_assert!(!Message::GetRequest(g).carries_payload());
         }
 
         #[test]

@@ -205,7 +205,7 @@ impl Shmem<'_> {
             .unwrap_or((AmoStatus::OutOfRange, 0));
         match status {
             AmoStatus::Done => Ok(value),
-            status => Err(ShmemError::AtomicRefused { pe, status }),
+            status => Err(ShmemError::Refused { pe, status }),
         }
     }
 

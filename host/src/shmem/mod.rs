@@ -79,11 +79,18 @@ const FLAG_AGREED: u64 = 1;
 
 /// The one-sided layer's parameters.
 pub(crate) fn param_specs() -> Vec<ParamSpec> {
-    vec![ParamSpec::new(
-        "shmem_direct",
-        ParamValue::Bool(true),
-        "reach node-local PEs' symmetric heaps through a mapping (loads, stores, CPU atomics); off sends every one-sided operation through the transports",
-    )]
+    vec![
+        ParamSpec::new(
+            "shmem_direct",
+            ParamValue::Bool(true),
+            "reach node-local PEs' symmetric heaps through a mapping (loads, stores, CPU atomics); off sends every one-sided operation through the transports",
+        ),
+        ParamSpec::new(
+            "shmem_rdma",
+            ParamValue::Bool(true),
+            "put and get through the transports' RDMA where the route offers it; off sends the data in messages the target copies",
+        ),
+    ]
 }
 
 /// Why a one-sided operation failed.
@@ -124,8 +131,9 @@ pub enum ShmemError {
         /// What was wrong.
         error: Malformed,
     },
-    /// The target refused an atomic.
-    AtomicRefused {
+    /// The target refused an atomic, or a put or get through messages
+    /// (the range is not inside its heap).
+    Refused {
         /// The target.
         pe: u32,
         /// Its answer.
@@ -163,8 +171,8 @@ impl fmt::Display for ShmemError {
             Self::Malformed { pe, error } => {
                 write!(f, "malformed one-sided message from PE {pe}: {error}")
             }
-            Self::AtomicRefused { pe, status } => {
-                write!(f, "PE {pe} refused an atomic: {status:?}")
+            Self::Refused { pe, status } => {
+                write!(f, "PE {pe} refused the operation: {status:?}")
             }
             Self::Transport(e) => write!(f, "transport: {e}"),
             Self::Progress(e) => write!(f, "progress: {e}"),
@@ -210,6 +218,8 @@ pub(crate) struct State {
     agreed: bool,
     /// Node-local PEs through mappings (`shmem_direct`).
     direct: bool,
+    /// Puts and gets through RDMA where offered (`shmem_rdma`).
+    rdma: bool,
     /// The path to each PE used so far.
     paths: HashMap<u32, Path, IdHash>,
     /// What the handler recorded.
@@ -250,6 +260,7 @@ impl State {
         heap: &SymmetricHeap,
         boot: &mut Bootstrap,
         direct: bool,
+        rdma: bool,
     ) -> Result<State, ShmemError> {
         let inbox = Rc::new(RefCell::new(Inbox::default()));
         sync::install_handler(messenger, heap, Rc::clone(&inbox));
@@ -284,6 +295,7 @@ impl State {
             exposed,
             agreed: false,
             direct,
+            rdma,
             paths: HashMap::default(),
             inbox,
             pending: HashMap::default(),

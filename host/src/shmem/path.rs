@@ -2,6 +2,7 @@
 //! PE's heap mapped here, or the transports. A PE's path is found on
 //! first use, from the heap entry it published, and kept.
 
+use fireopal_abi::btl::BtlFlags;
 use fireopal_core::wire::shmem::HeapEntry;
 
 use super::{Shmem, ShmemError, HEAP_KEY};
@@ -14,8 +15,9 @@ pub enum PathKind {
     Own,
     /// Loads, stores and CPU atomics through a mapping of its heap.
     Mapped,
-    /// The transports: RDMA for put and get, active messages executed by
-    /// the target for atomics.
+    /// The transports: RDMA for put and get where the route offers it
+    /// (and `shmem_rdma` is on), else messages the target copies; atomics
+    /// are messages the target executes.
     Remote,
 }
 
@@ -33,6 +35,9 @@ pub(super) enum Path {
         base: u64,
         /// The key of its heap's registration on this route.
         key: Vec<u8>,
+        /// Puts and gets are the transport's RDMA; otherwise messages the
+        /// target copies.
+        rdma: bool,
     },
 }
 
@@ -102,9 +107,12 @@ impl Shmem<'_> {
                 }
             }
         }
+        let flags = self.m.attributes(pe).map(|a| a.flags).unwrap_or_default();
+        let rdma = self.st.rdma && flags.contains(BtlFlags::PUT) && flags.contains(BtlFlags::GET);
         Ok(Path::Remote {
             base: entry.base,
             key,
+            rdma,
         })
     }
 }

@@ -5,7 +5,10 @@
 //! the caller, complete when the call returns. To any other PE it is the
 //! transport's RDMA into (or from) the PE's registered heap; the
 //! transports complete a put once the data is in place at the target, so
-//! a completed put is delivered. Blocking calls wait for their own
+//! a completed put is delivered. Over a route without RDMA (or with
+//! `shmem_rdma` off) the data travels in messages the target copies: a
+//! put is acknowledged and complete at `quiet`, a get waits for the
+//! answer. Blocking calls wait for their own
 //! operation; non-blocking ones (`_nbi`) are complete at `quiet`.
 
 // Copies into and out of heaps that other processes share, and the
@@ -15,12 +18,13 @@
 use std::mem::size_of;
 
 use fireopal_abi::btl::MemRegion;
-use fireopal_core::wire::shmem::{AmoOp, Width};
+use fireopal_core::wire::shmem::{AmoOp, GetRequest, PutRequest, Width};
 
 use super::atomic::{execute, AtomicWord};
 use super::path::Path;
-use super::{rank, Shmem, ShmemError};
-use crate::btl::{Class, SendTicket};
+use super::sync::NON_FETCHING;
+use super::{rank, Shmem, ShmemError, TAG_SHMEM};
+use crate::btl::{Class, SendId, SendTicket};
 
 mod sealed {
     pub trait Sealed {}
@@ -109,8 +113,18 @@ unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
 enum Target {
     /// In this process (own heap or a mapping), at this address.
     Here(*mut u8),
-    /// At this address of the PE, through the transports with this key.
-    There(u64, Vec<u8>),
+    /// At this address of the PE, through the transport's RDMA with this
+    /// key.
+    Rdma(u64, Vec<u8>),
+    /// At this offset of the PE's heap, through messages the PE copies.
+    Messages(u64),
+}
+
+/// An operation that completes later: an RDMA operation, or a get through
+/// messages (its request).
+pub(super) enum Started {
+    Rdma(SendId),
+    Get(u64),
 }
 
 impl Shmem<'_> {
@@ -120,7 +134,12 @@ impl Shmem<'_> {
         Ok(match self.path(pe)? {
             Path::Own => Target::Here(addr as *mut u8),
             Path::Mapped { base, .. } => Target::Here(base.wrapping_add(offset as usize)),
-            Path::Remote { base, key } => Target::There(base + offset, key.clone()),
+            Path::Remote {
+                base,
+                key,
+                rdma: true,
+            } => Target::Rdma(base + offset, key.clone()),
+            Path::Remote { rdma: false, .. } => Target::Messages(offset),
         })
     }
 
@@ -132,7 +151,7 @@ impl Shmem<'_> {
         local: MemRegion,
         remote: u64,
         key: &[u8],
-    ) -> Result<Option<crate::btl::SendId>, ShmemError> {
+    ) -> Result<Option<Started>, ShmemError> {
         let ticket =
             self.m
                 .rdma_class(Class::OneSided, write, rank(pe), local, None, remote, key)?;
@@ -140,18 +159,82 @@ impl Shmem<'_> {
             SendTicket::Done => None,
             SendTicket::Pending(id) => {
                 self.st.pending.insert(id, pe);
-                Some(id)
+                Some(Started::Rdma(id))
             }
         })
     }
 
-    /// Waits for one RDMA operation and gives its result.
-    fn finish_rdma(&mut self, pe: u32, id: Option<crate::btl::SendId>) -> Result<(), ShmemError> {
-        let Some(id) = id else { return Ok(()) };
-        self.wait(Some(pe), |st| !st.pending.contains_key(&id))?;
-        match self.st.failed.remove(&id) {
-            Some(e) => Err(e),
+    /// Sends data for `pe` to write at `offset`; acknowledged like a
+    /// non-fetching atomic, so complete at `quiet`. Messages to a PE stay
+    /// in order, so what is sent after it lands after it.
+    fn put_message(&mut self, pe: u32, offset: u64, data: &[u8]) -> Result<(), ShmemError> {
+        let request = self.next_request() | NON_FETCHING;
+        let header = PutRequest { request, offset }.encode();
+        self.m
+            .send_class(Class::OneSided, rank(pe), TAG_SHMEM, &header, data)?;
+        self.st.amo_sent += 1;
+        self.st.amo_targets.insert(pe);
+        Ok(())
+    }
+
+    /// Asks `pe` for `len` bytes at `offset`, which its answer writes at
+    /// `dest`.
+    fn get_message(
+        &mut self,
+        pe: u32,
+        offset: u64,
+        dest: *mut u8,
+        len: usize,
+    ) -> Result<Started, ShmemError> {
+        let request = self.next_request();
+        let header = GetRequest {
+            request,
+            offset,
+            len: len as u64,
+        }
+        .encode();
+        self.st
+            .inbox
+            .borrow_mut()
+            .gets
+            .insert(request, (pe, dest as usize, len));
+        if let Err(e) = self
+            .m
+            .send_class(Class::OneSided, rank(pe), TAG_SHMEM, &header, &[])
+        {
+            self.st.inbox.borrow_mut().gets.remove(&request);
+            return Err(e.into());
+        }
+        self.st.amo_targets.insert(pe);
+        Ok(Started::Get(request))
+    }
+
+    /// Waits for one operation and gives its result.
+    fn finish(&mut self, pe: u32, started: Option<Started>) -> Result<(), ShmemError> {
+        match started {
             None => Ok(()),
+            Some(Started::Rdma(id)) => {
+                self.wait(Some(pe), |st| !st.pending.contains_key(&id))?;
+                match self.st.failed.remove(&id) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                }
+            }
+            Some(Started::Get(request)) => {
+                let inbox = std::rc::Rc::clone(&self.st.inbox);
+                let waited = self.wait(Some(pe), |_| !inbox.borrow().gets.contains_key(&request));
+                if waited.is_err() {
+                    // The buffer is the caller's again: no answer may
+                    // write it now.
+                    inbox.borrow_mut().gets.remove(&request);
+                }
+                waited?;
+                let failed = inbox.borrow_mut().failed_gets.remove(&request);
+                match failed {
+                    Some((pe, status)) => Err(ShmemError::Refused { pe, status }),
+                    None => Ok(()),
+                }
+            }
         }
     }
 
@@ -161,7 +244,7 @@ impl Shmem<'_> {
         // SAFETY: `src` is a live slice, read before this returns (a
         // transport's operation is waited for below).
         let id = unsafe { self.put_start(pe, dest as usize, src.as_ptr(), src.len())? };
-        self.finish_rdma(pe, id)
+        self.finish(pe, id)
     }
 
     /// `shmem_get`: copies `dest.len()` elements at symmetric address
@@ -175,7 +258,7 @@ impl Shmem<'_> {
         // SAFETY: `dest` is a live, exclusive slice, written before this
         // returns.
         let id = unsafe { self.get_start(pe, dest.as_mut_ptr(), src as usize, dest.len())? };
-        self.finish_rdma(pe, id)
+        self.finish(pe, id)
     }
 
     /// `shmem_put_nbi`: starts copying `n` elements from `src` to
@@ -224,7 +307,7 @@ impl Shmem<'_> {
         dest: usize,
         src: *const T,
         n: usize,
-    ) -> Result<Option<crate::btl::SendId>, ShmemError> {
+    ) -> Result<Option<Started>, ShmemError> {
         let len = n
             .checked_mul(size_of::<T>())
             .ok_or(ShmemError::NotSymmetric {
@@ -243,11 +326,17 @@ impl Shmem<'_> {
                 unsafe { copy(to, src.cast::<u8>(), len) };
                 Ok(None)
             }
-            Target::There(remote, key) => {
+            Target::Rdma(remote, key) => {
                 // SAFETY: valid for reads until completion, per the
                 // contract; the transport only reads it.
                 let local = unsafe { MemRegion::new(src.cast_mut().cast::<u8>(), len) };
                 self.start_rdma(pe, true, local, remote, &key)
+            }
+            Target::Messages(offset) => {
+                // SAFETY: valid for reads, per the contract; the messenger
+                // copies it before `send` returns.
+                let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) };
+                self.put_message(pe, offset, data).map(|()| None)
             }
         }
     }
@@ -262,7 +351,7 @@ impl Shmem<'_> {
         dest: *mut T,
         src: usize,
         n: usize,
-    ) -> Result<Option<crate::btl::SendId>, ShmemError> {
+    ) -> Result<Option<Started>, ShmemError> {
         let len = n
             .checked_mul(size_of::<T>())
             .ok_or(ShmemError::NotSymmetric {
@@ -280,12 +369,15 @@ impl Shmem<'_> {
                 unsafe { copy(dest.cast::<u8>(), from, len) };
                 Ok(None)
             }
-            Target::There(remote, key) => {
+            Target::Rdma(remote, key) => {
                 // SAFETY: valid for writes until completion, per the
                 // contract.
                 let local = unsafe { MemRegion::new(dest.cast::<u8>(), len) };
                 self.start_rdma(pe, false, local, remote, &key)
             }
+            Target::Messages(offset) => self
+                .get_message(pe, offset, dest.cast::<u8>(), len)
+                .map(Some),
         }
     }
 

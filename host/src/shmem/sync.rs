@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use fireopal_core::id_hash::IdHash;
-use fireopal_core::wire::shmem::{AmoReply, AmoStatus, BarrierNotice, Malformed, Message};
+use fireopal_core::wire::shmem::{
+    AmoReply, AmoStatus, BarrierNotice, GetReply, Malformed, Message,
+};
 
 use super::atomic::{execute, word_at};
 use super::{rank, Shmem, ShmemError, State, TAG_SHMEM};
@@ -37,6 +39,11 @@ pub(super) struct Inbox {
     pub(super) notices: HashMap<(u64, u8), u64>,
     /// Messages that were not one-sided messages, and their sender.
     pub(super) malformed: Vec<(u32, Malformed)>,
+    /// Gets through messages waiting for their data: the PE, where the
+    /// data goes and how long it is, by request.
+    pub(super) gets: HashMap<u64, (u32, usize, usize), IdHash>,
+    /// Gets through messages the target refused or answered wrongly.
+    pub(super) failed_gets: HashMap<u64, (u32, AmoStatus), IdHash>,
 }
 
 /// Installs the layer's handler: it runs other PEs' atomics on this heap
@@ -46,12 +53,24 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
     let len = heap.len();
     m.register_layer(TAG_SHMEM, move |msg, replies| {
         let peer = msg.peer;
-        let decoded = if msg.payload.is_empty() {
-            Message::decode(msg.header)
-        } else {
-            Err(Malformed::Trailing)
-        };
+        let decoded = Message::decode(msg.header).and_then(|m| {
+            if m.carries_payload() || msg.payload.is_empty() {
+                Ok(m)
+            } else {
+                Err(Malformed::Trailing)
+            }
+        });
         let mut inbox = inbox.borrow_mut();
+        let mut answer = |header: &[u8], payload: Vec<u8>| {
+            replies.send_layer(Class::OneSided, peer, TAG_SHMEM, header, payload);
+        };
+        // The target's side: `range` checks a request against the heap.
+        let range = |offset: u64, n: usize| {
+            offset
+                .checked_add(n as u64)
+                .filter(|&end| end <= len)
+                .map(|_| base + offset as usize)
+        };
         match decoded {
             Ok(Message::AmoRequest(req)) => {
                 let (status, value) = match word_at(base, len, req.offset, req.width) {
@@ -69,8 +88,76 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
                     request: req.request,
                     value,
                 };
-                replies.send_layer(Class::OneSided, peer, TAG_SHMEM, &reply.encode());
+                answer(&reply.encode(), Vec::new());
             }
+            Ok(Message::PutRequest(put)) => {
+                let status = match range(put.offset, msg.payload.len()) {
+                    Some(at) => {
+                        // SAFETY: the range lies inside this process's
+                        // heap (checked by `range`), which outlives the
+                        // messenger; the payload is a separate buffer.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                msg.payload.as_ptr(),
+                                at as *mut u8,
+                                msg.payload.len(),
+                            )
+                        };
+                        AmoStatus::Done
+                    }
+                    None => AmoStatus::OutOfRange,
+                };
+                let reply = AmoReply {
+                    status,
+                    request: put.request,
+                    value: 0,
+                };
+                answer(&reply.encode(), Vec::new());
+            }
+            Ok(Message::GetRequest(get)) => {
+                let n = usize::try_from(get.len).unwrap_or(usize::MAX);
+                let (status, data) = match range(get.offset, n) {
+                    // SAFETY: as above, a range inside this heap.
+                    #[allow(unsafe_code)]
+                    Some(at) => (AmoStatus::Done, unsafe {
+                        std::slice::from_raw_parts(at as *const u8, n).to_vec()
+                    }),
+                    None => (AmoStatus::OutOfRange, Vec::new()),
+                };
+                let reply = GetReply {
+                    status,
+                    request: get.request,
+                };
+                answer(&reply.encode(), data);
+            }
+            Ok(Message::GetReply(reply)) => match inbox.gets.remove(&reply.request) {
+                Some((pe, dest, n)) if pe == peer => {
+                    if reply.status == AmoStatus::Done && msg.payload.len() == n {
+                        // SAFETY: `dest` is the requester's buffer of `n`
+                        // bytes, valid and untouched by others until the
+                        // get completes (the contract of `get_nbi`; a
+                        // blocking get waits here).
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(msg.payload.as_ptr(), dest as *mut u8, n)
+                        };
+                    } else {
+                        let status = match reply.status {
+                            AmoStatus::Done => AmoStatus::OutOfRange,
+                            other => other,
+                        };
+                        inbox.failed_gets.insert(reply.request, (peer, status));
+                    }
+                }
+                // An answer from another PE than asked, or to nothing
+                // asked: the request stays, and the bytes are reported.
+                Some(entry) => {
+                    inbox.gets.insert(reply.request, entry);
+                    inbox.malformed.push((peer, Malformed::Unsolicited));
+                }
+                None => inbox.malformed.push((peer, Malformed::Unsolicited)),
+            },
             Ok(Message::AmoReply(reply)) if reply.request & NON_FETCHING != 0 => {
                 inbox.acked += 1;
                 if reply.status != AmoStatus::Done {
@@ -147,11 +234,18 @@ pub(super) fn wait(
 pub(super) fn quiet(m: &mut Messenger, st: &mut State) -> Result<(), ShmemError> {
     let inbox = Rc::clone(&st.inbox);
     wait(m, st, None, |st| {
-        st.pending.is_empty() && inbox.borrow().acked >= st.amo_sent
+        let inbox = inbox.borrow();
+        st.pending.is_empty() && inbox.acked >= st.amo_sent && inbox.gets.is_empty()
     })?;
     st.amo_targets.clear();
-    if let Some((pe, status)) = inbox.borrow_mut().refused.pop() {
-        return Err(ShmemError::AtomicRefused { pe, status });
+    let refused = {
+        let mut inbox = inbox.borrow_mut();
+        let get = inbox.failed_gets.drain().map(|(_, f)| f).next();
+        inbox.failed_gets.clear();
+        inbox.refused.pop().or(get)
+    };
+    if let Some((pe, status)) = refused {
+        return Err(ShmemError::Refused { pe, status });
     }
     let first = st.failed.keys().min().copied();
     match first.and_then(|id| st.failed.remove(&id)) {

@@ -48,12 +48,19 @@ impl Replies {
 
     /// Queues a copy of a library layer's message, on its reserved tag;
     /// its completion is the layer's (`class`).
-    pub(crate) fn send_layer(&mut self, class: Class, peer: Rank, tag: u8, header: &[u8]) {
+    pub(crate) fn send_layer(
+        &mut self,
+        class: Class,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: Vec<u8>,
+    ) {
         self.queued.push(QueuedReply {
             peer,
             tag,
             header: header.to_vec(),
-            payload: Vec::new(),
+            payload,
             class,
         });
     }
