@@ -117,6 +117,15 @@ impl Peer {
     fn connected(&self) -> bool {
         matches!(self.conn, Conn::Connected { .. })
     }
+
+    /// Whether `progress` has something to post for the peer: a backlog,
+    /// a credit update owed, or unsignalled sends to make report.
+    pub(crate) fn has_work_waiting(&self) -> bool {
+        self.connected()
+            && (!self.backlog.is_empty()
+                || self.credits.wants_update()
+                || self.sq.unsignalled_tail())
+    }
 }
 
 /// Registers `region` on `pd` with `flags`.

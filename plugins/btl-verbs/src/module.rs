@@ -85,6 +85,8 @@ pub struct VerbsModule {
     pub(crate) send_depth: u32,
     pub(crate) max_inline: u32,
     pub(crate) wc: Vec<ibv_wc>,
+    /// Reused by `progress` for the peers it visits.
+    pub(crate) scratch_ranks: Vec<Rank>,
 }
 
 impl std::fmt::Debug for VerbsModule {
@@ -195,6 +197,7 @@ impl VerbsModule {
             events: VecDeque::new(),
             send_depth,
             wc: vec![ibv_wc::default(); POLL_BATCH],
+            scratch_ranks: Vec::new(),
         };
         m.post_initial_receives()?;
         Ok(m)

@@ -30,14 +30,13 @@ impl VerbsModule {
     pub(crate) fn progress_impl(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
         let mut work = 0;
         let mut wc = std::mem::take(&mut self.wc);
-        let mut touched: Vec<Rank> = Vec::new();
         let result = (|| {
             for _ in 0..MAX_POLLS {
                 let n = self.cq.poll(&mut wc).map_err(|e| {
                     PluginError::new(ErrorKind::IO, format!("polling the completion queue: {e}"))
                 })?;
                 for c in wc.iter().take(n) {
-                    work += self.handle(c, sink, &mut touched)?;
+                    work += self.handle(c, sink)?;
                 }
                 if n < wc.len() {
                     break;
@@ -47,17 +46,24 @@ impl VerbsModule {
         })();
         self.wc = wc;
         result?;
-        touched.sort_unstable();
-        touched.dedup();
-        for rank in touched {
+        // Every peer with work waiting, not only those whose completions
+        // came: buffers and room freed by one peer's completions let
+        // another's backlog and credit update go.
+        let mut ranks = std::mem::take(&mut self.scratch_ranks);
+        ranks.clear();
+        ranks.extend(
+            self.peers
+                .iter()
+                .filter(|(_, p)| p.has_work_waiting())
+                .map(|(&r, _)| r),
+        );
+        for &rank in &ranks {
             self.post_credit_update(rank);
             self.pump(rank);
-        }
-        self.retry_connects();
-        let ranks: Vec<Rank> = self.peers.keys().copied().collect();
-        for rank in ranks {
             self.post_flush(rank);
         }
+        self.scratch_ranks = ranks;
+        self.retry_connects();
         while let Some(e) = self.events.pop_front() {
             match e {
                 Event::Send(cookie, status) => sink.send_complete(cookie, status),
@@ -70,20 +76,12 @@ impl VerbsModule {
     }
 
     /// Handles one completion; the events it delivered.
-    fn handle(
-        &mut self,
-        c: &ibv_wc,
-        sink: &mut dyn EventSink,
-        touched: &mut Vec<Rank>,
-    ) -> Result<usize, PluginError> {
+    fn handle(&mut self, c: &ibv_wc, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
         if c.qp_num == self.ud.qpn {
             self.handle_datagram(c)?;
             return Ok(0);
         }
         let rank = self.by_qpn.get(&c.qp_num).copied();
-        if let Some(r) = rank {
-            touched.push(r);
-        }
         if c.opcode & IBV_WC_RECV != 0 {
             self.handle_receive(c, rank, sink)
         } else {
