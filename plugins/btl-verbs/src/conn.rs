@@ -99,6 +99,9 @@ pub(crate) struct Peer {
     pub(crate) sq: SendQueue<Item>,
     pub(crate) credits: Credits,
     pub(crate) backlog: VecDeque<Queued>,
+    /// Whether the rank is in the module's list of peers with work
+    /// waiting.
+    pub(crate) in_waiting: bool,
 }
 
 impl Peer {
@@ -111,6 +114,7 @@ impl Peer {
             ah: None,
             sq: SendQueue::new(depth as usize, interval as usize),
             backlog: VecDeque::new(),
+            in_waiting: false,
         }
     }
 
@@ -121,7 +125,7 @@ impl Peer {
     /// Whether `progress` has something to post for the peer: a backlog,
     /// a credit update owed, or unsignalled sends to make report.
     pub(crate) fn has_work_waiting(&self) -> bool {
-        self.connected()
+        !matches!(self.conn, Conn::Failed { .. })
             && (!self.backlog.is_empty()
                 || self.credits.wants_update()
                 || self.sq.unsignalled_tail())
@@ -180,6 +184,16 @@ unsafe fn post(qp: &Qp, r: Request<'_>) -> io::Result<()> {
 }
 
 impl VerbsModule {
+    /// Puts `rank` on the list `progress` visits if it has work waiting.
+    pub(crate) fn mark_waiting(&mut self, rank: Rank) {
+        if let Some(p) = self.peers.get_mut(&rank) {
+            if !p.in_waiting && p.has_work_waiting() {
+                p.in_waiting = true;
+                self.waiting.push(rank);
+            }
+        }
+    }
+
     /// Posts every receive buffer at the start.
     pub(crate) fn post_initial_receives(&mut self) -> Result<(), PluginError> {
         for slot in 0..self.recv.slots() {
@@ -226,6 +240,7 @@ impl VerbsModule {
                     since: Instant::now(),
                     tries: 1,
                 };
+                self.connecting.push(rank);
                 self.send_connect(rank, ConnectKind::Request);
             }
             Err(e) => {
@@ -363,6 +378,7 @@ impl VerbsModule {
                     self.send_connect(rank, ConnectKind::Reply);
                 }
                 self.pump(rank);
+                self.mark_waiting(rank);
             }
             Err(e) => {
                 let error = PluginError::new(
@@ -377,11 +393,20 @@ impl VerbsModule {
     /// Repeats connection requests that went unanswered, and fails peers
     /// that never answer.
     pub(crate) fn retry_connects(&mut self) {
+        if self.connecting.is_empty() {
+            return;
+        }
+        let peers = &self.peers;
+        self.connecting.retain(|r| {
+            peers
+                .get(r)
+                .is_some_and(|p| matches!(p.conn, Conn::Connecting { .. }))
+        });
         let now = Instant::now();
         let due: Vec<(Rank, u32)> = self
-            .peers
+            .connecting
             .iter()
-            .filter_map(|(&rank, p)| match p.conn {
+            .filter_map(|&rank| match self.peers.get(&rank)?.conn {
                 Conn::Connecting { since, tries }
                     if now.duration_since(since) >= CONNECT_RETRY * (1 << tries.min(5)) =>
                 {
@@ -511,6 +536,7 @@ impl VerbsModule {
             self.fail_peer(rank, error, true);
             return false;
         }
+        self.mark_waiting(rank);
         true
     }
 

@@ -85,8 +85,10 @@ pub struct VerbsModule {
     pub(crate) send_depth: u32,
     pub(crate) max_inline: u32,
     pub(crate) wc: Vec<ibv_wc>,
-    /// Reused by `progress` for the peers it visits.
-    pub(crate) scratch_ranks: Vec<Rank>,
+    /// Peers with work waiting (see `Peer::has_work_waiting`), each once.
+    pub(crate) waiting: Vec<Rank>,
+    /// Peers whose connection is being made.
+    pub(crate) connecting: Vec<Rank>,
 }
 
 impl std::fmt::Debug for VerbsModule {
@@ -197,7 +199,8 @@ impl VerbsModule {
             events: VecDeque::new(),
             send_depth,
             wc: vec![ibv_wc::default(); POLL_BATCH],
-            scratch_ranks: Vec::new(),
+            waiting: Vec::new(),
+            connecting: Vec::new(),
         };
         m.post_initial_receives()?;
         Ok(m)
@@ -355,6 +358,7 @@ impl VerbsModule {
         self.usable(rank)?.backlog.push_back(item);
         self.ensure_connecting(rank);
         self.pump(rank);
+        self.mark_waiting(rank);
         Ok(())
     }
 }

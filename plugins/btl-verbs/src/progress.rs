@@ -48,21 +48,23 @@ impl VerbsModule {
         result?;
         // Every peer with work waiting, not only those whose completions
         // came: buffers and room freed by one peer's completions let
-        // another's backlog and credit update go.
-        let mut ranks = std::mem::take(&mut self.scratch_ranks);
-        ranks.clear();
-        ranks.extend(
-            self.peers
-                .iter()
-                .filter(|(_, p)| p.has_work_waiting())
-                .map(|(&r, _)| r),
-        );
+        // another's backlog and credit update go. Peers with nothing
+        // waiting cost nothing here.
+        let mut ranks = std::mem::take(&mut self.waiting);
         for &rank in &ranks {
+            if let Some(p) = self.peers.get_mut(&rank) {
+                p.in_waiting = false;
+            }
             self.post_credit_update(rank);
             self.pump(rank);
             self.post_flush(rank);
+            self.mark_waiting(rank);
         }
-        self.scratch_ranks = ranks;
+        ranks.clear();
+        if self.waiting.is_empty() {
+            // Keep the allocation.
+            self.waiting = ranks;
+        }
         self.retry_connects();
         while let Some(e) = self.events.pop_front() {
             match e {
@@ -106,6 +108,7 @@ impl VerbsModule {
         };
         let mut delivered = 0;
         let mut failure = None;
+        let mut owes = None;
         match rank {
             _ if c.status != WC_SUCCESS => {
                 if let Some(rank) = rank {
@@ -142,6 +145,7 @@ impl VerbsModule {
                             Ok(()) if frag.head.kind == FragmentKind::Message => {
                                 sink.deliver(rank, frag.head.tag, frag.header, frag.payload);
                                 delivered = 1;
+                                owes = Some(rank);
                             }
                             Ok(()) => {}
                         }
@@ -150,6 +154,9 @@ impl VerbsModule {
             }
         }
         self.repost_recv(slot)?;
+        if let Some(rank) = owes {
+            self.mark_waiting(rank);
+        }
         if let Some((rank, error)) = failure {
             self.fail_peer(rank, error, true);
         }
