@@ -10,6 +10,9 @@ use fireopal_core::wire::verbs::{
 };
 use proptest::prelude::*;
 
+/// A job key.
+const KEY: [u8; 32] = [0x5a; 32];
+
 fn address() -> impl Strategy<Value = VerbsAddress> {
     (
         prop_oneof![Just(LinkLayer::InfiniBand), Just(LinkLayer::Ethernet)],
@@ -105,7 +108,25 @@ proptest! {
     ) {
         let kind = if request { ConnectKind::Request } else { ConnectKind::Reply };
         let m = Connect { kind, src_rank, dst_rank, qpn };
-        prop_assert_eq!(Connect::parse(&m.encode()), Ok(m));
+        prop_assert_eq!(Connect::parse(&m.encode(&KEY), &KEY), Ok(m));
+    }
+
+    #[test]
+    fn connect_messages_need_the_job_key_and_every_bit_counts(
+        src_rank in any::<u32>(),
+        qpn in 1..=MAX_QPN,
+        other in any::<[u8; 32]>(),
+        at in 0usize..CONNECT_LEN,
+        flip in 1u8..=255,
+    ) {
+        let m = Connect { kind: ConnectKind::Request, src_rank, dst_rank: 1, qpn };
+        let bytes = m.encode(&KEY);
+        if other != KEY {
+            prop_assert_eq!(Connect::parse(&bytes, &other), Err(VerbsWireError::BadTag));
+        }
+        let mut changed = bytes;
+        changed[at] ^= flip;
+        prop_assert_eq!(Connect::parse(&changed, &KEY), Err(VerbsWireError::BadTag));
     }
 
     #[test]
@@ -113,9 +134,9 @@ proptest! {
         if let Ok(a) = VerbsAddress::parse(&bytes) {
             prop_assert_eq!(a.encode().to_vec(), bytes.clone());
         }
-        if let Ok(m) = Connect::parse(&bytes) {
+        if let Ok(m) = Connect::parse(&bytes, &KEY) {
             prop_assert_eq!(bytes.len(), CONNECT_LEN);
-            prop_assert_eq!(m.encode().to_vec(), bytes.clone());
+            prop_assert_eq!(m.encode(&KEY).to_vec(), bytes.clone());
             prop_assert!(m.qpn != 0 && m.qpn <= MAX_QPN);
         }
         if let Ok(k) = RemoteKey::parse(&bytes) {

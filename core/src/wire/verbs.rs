@@ -8,6 +8,7 @@
 //!           | lid u16 | gid_index u8 | reserved u8 | cm_qpn u32 | qkey u32
 //!           | psn u32 | credits u16 | reserved u16 | fragment_size u32 | gid [16]
 //! connect:  kind u8 | reserved [3] | src_rank u32 | dst_rank u32 | qpn u32
+//!           | tag [32]: HMAC-SHA256 under the job key of the 16 bytes before
 //! fragment: kind u8 | tag u8 | header_len u16 | payload_len u32 | credits u16
 //!           | reserved u16 | header | payload
 //! key:      addr u64 | len u64 | rkey u32 | access u8 | reserved [3]
@@ -17,9 +18,15 @@
 //! of InfiniBand; values above that are refused. Every parser checks the
 //! length first and returns a [`VerbsWireError`]; nothing here panics on
 //! bytes from another process.
+//!
+//! Connection messages travel as datagrams anyone on the fabric may send
+//! to a published queue pair; the tag proves the sender holds the job key,
+//! so no process outside the job can have a rank's queue pair connected
+//! to its own.
 
 use core::fmt;
 
+use crate::auth::{tags_equal, HmacSha256, DIGEST_LEN};
 use crate::wire::codec::{fixed, Fields, Reader, Writer};
 
 /// Why bytes of the verbs protocol do not parse or encode.
@@ -44,6 +51,8 @@ pub enum VerbsWireError {
     Reserved,
     /// The fragment or connection message kind is unknown.
     UnknownKind(u8),
+    /// A connection message's tag is not the job key's.
+    BadTag,
 }
 
 impl fmt::Display for VerbsWireError {
@@ -56,6 +65,7 @@ impl fmt::Display for VerbsWireError {
             Self::OutOfRange(what) => write!(f, "{what} out of range"),
             Self::Reserved => f.write_str("reserved field not zero"),
             Self::UnknownKind(k) => write!(f, "unknown message kind {k}"),
+            Self::BadTag => f.write_str("not signed with the job key"),
         }
     }
 }
@@ -266,8 +276,20 @@ impl VerbsAddress {
     }
 }
 
-/// Encoded bytes of a [`Connect`] message.
-pub const CONNECT_LEN: usize = 16;
+/// Encoded bytes of a [`Connect`] message, its tag included.
+pub const CONNECT_LEN: usize = CONNECT_FIELDS_LEN + DIGEST_LEN;
+/// Bytes of a [`Connect`] message the tag covers.
+const CONNECT_FIELDS_LEN: usize = 16;
+/// Label mixed into the tag, so it means nothing to other protocols that
+/// use the job key.
+const CONNECT_LABEL: &[u8] = b"fireopal verbs connect v1";
+
+fn connect_tag(key: &[u8], fields: &[u8]) -> [u8; DIGEST_LEN] {
+    let mut mac = HmacSha256::new(key);
+    mac.update(CONNECT_LABEL);
+    mac.update(fields);
+    mac.finalize()
+}
 
 /// What a connection message asks of its receiver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -293,9 +315,9 @@ pub struct Connect {
 }
 
 impl Connect {
-    /// Encodes the message.
-    pub fn encode(&self) -> [u8; CONNECT_LEN] {
-        fixed(|w| {
+    /// Encodes the message, signed with the job key `key`.
+    pub fn encode(&self, key: &[u8]) -> [u8; CONNECT_LEN] {
+        let fields: [u8; CONNECT_FIELDS_LEN] = fixed(|w| {
             w.u8(match self.kind {
                 ConnectKind::Request => 1,
                 ConnectKind::Reply => 2,
@@ -304,12 +326,23 @@ impl Connect {
             w.u32(self.src_rank);
             w.u32(self.dst_rank);
             w.u32(self.qpn);
+        });
+        let tag = connect_tag(key, &fields);
+        fixed(|w| {
+            w.bytes(&fields);
+            w.bytes(&tag);
         })
     }
 
-    /// Parses and checks a connection message.
-    pub fn parse(bytes: &[u8]) -> Result<Self, VerbsWireError> {
+    /// Parses and checks a connection message, which must be signed with
+    /// the job key `key`.
+    pub fn parse(bytes: &[u8], key: &[u8]) -> Result<Self, VerbsWireError> {
         let mut f = exact(bytes, CONNECT_LEN)?;
+        let fields = f.take(CONNECT_FIELDS_LEN)?;
+        if !tags_equal(&connect_tag(key, fields), f.take(DIGEST_LEN)?) {
+            return Err(VerbsWireError::BadTag);
+        }
+        let mut f = exact(fields, CONNECT_FIELDS_LEN)?;
         let kind = match f.u8()? {
             1 => ConnectKind::Request,
             2 => ConnectKind::Reply,

@@ -5,7 +5,8 @@
 //! and RDMA requests.
 //!
 //! A connection starts when this process first has something for the
-//! peer, or when the peer's request arrives. Both ends may start at once:
+//! peer, or when the peer's request arrives. Requests and replies carry
+//! an HMAC under the job key; one without it is dropped. Both ends may start at once:
 //! each keeps one queue pair per peer and connects it to the queue pair
 //! named in whichever message of the other arrives first, so they agree
 //! without choosing a side. A lost request is sent again with growing
@@ -292,7 +293,7 @@ impl VerbsModule {
             dst_rank: rank,
             qpn,
         }
-        .encode();
+        .encode(&self.job_key);
         if let Some(dst) = self.ud_send.bytes_mut(slot).get_mut(..msg.len()) {
             dst.copy_from_slice(&msg);
         }

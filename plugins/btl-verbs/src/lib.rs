@@ -10,7 +10,9 @@
 //! current hardware are:
 //!
 //! - one reliable-connected queue pair per peer, connected on first use
-//!   through a request and reply on the module's datagram queue pair; the
+//!   through a request and reply on the module's datagram queue pair,
+//!   signed with the job key (HMAC-SHA256) so that only the job's
+//!   processes connect to its queue pairs; the
 //!   published address (`core::wire::verbs`) holds what a peer needs for
 //!   that: LID and GID, link layer, MTU, the datagram queue pair and its
 //!   key, the starting packet sequence number, the credits granted and

@@ -16,8 +16,8 @@ use fireopal_abi::btl::{
 use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::wire::verbs::{
-    FragmentHeader, FragmentKind, RemoteKey, VerbsAddress, FRAGMENT_HEADER_LEN, MAX_PSN,
-    REMOTE_KEY_LEN,
+    FragmentHeader, FragmentKind, RemoteKey, VerbsAddress, CONNECT_LEN, FRAGMENT_HEADER_LEN,
+    MAX_PSN, REMOTE_KEY_LEN,
 };
 
 use crate::buffers::Pool;
@@ -79,6 +79,8 @@ pub struct VerbsModule {
     pub(crate) port: PortInfo,
     pub(crate) local: VerbsAddress,
     pub(crate) rank: Rank,
+    /// Signs and checks connection messages.
+    pub(crate) job_key: [u8; fireopal_abi::host::JOB_KEY_LEN],
     pub(crate) by_qpn: HashMap<u32, Rank, RankHash>,
     pub(crate) next_registration: u64,
     pub(crate) events: VecDeque<Event>,
@@ -144,9 +146,9 @@ impl VerbsModule {
             settings.srq_size.min(1024),
         )
         .map_err(|e| io_err("registering send buffers", e))?;
-        let ud_recv = Pool::new(&pd, GRH_LEN + 64, UD_RECV_SLOTS)
+        let ud_recv = Pool::new(&pd, GRH_LEN + CONNECT_LEN, UD_RECV_SLOTS)
             .map_err(|e| io_err("registering datagram buffers", e))?;
-        let ud_send = Pool::new(&pd, 64, UD_SEND_SLOTS)
+        let ud_send = Pool::new(&pd, CONNECT_LEN, UD_SEND_SLOTS)
             .map_err(|e| io_err("registering datagram buffers", e))?;
         let psn = random_psn();
         let ud = Qp::new_ud(
@@ -194,6 +196,7 @@ impl VerbsModule {
             port,
             local,
             rank: job.rank,
+            job_key: job.job_key,
             by_qpn: HashMap::default(),
             next_registration: 0,
             events: VecDeque::new(),

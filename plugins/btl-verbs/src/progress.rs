@@ -233,7 +233,7 @@ impl VerbsModule {
                 .bytes(slot)
                 .get(GRH_LEN..c.byte_len as usize)
                 .unwrap_or(&[]);
-            match Connect::parse(bytes) {
+            match Connect::parse(bytes, &self.job_key) {
                 Ok(m) => message = Some(m),
                 Err(e) => self.log(
                     LogLevel::Debug,
