@@ -100,11 +100,14 @@ impl VerbsModule {
         rank: Option<Rank>,
         sink: &mut dyn EventSink,
     ) -> Result<usize, PluginError> {
-        let Ok(slot) = u32::try_from(c.wr_id) else {
-            return Err(PluginError::new(
-                ErrorKind::OTHER,
-                format!("receive completion with unknown id {}", c.wr_id),
-            ));
+        let slot = match u32::try_from(c.wr_id) {
+            Ok(s) if s < self.recv.slots() => s,
+            _ => {
+                return Err(PluginError::new(
+                    ErrorKind::OTHER,
+                    format!("receive completion with unknown id {}", c.wr_id),
+                ))
+            }
         };
         let mut delivered = 0;
         let mut failure = None;
@@ -218,11 +221,14 @@ impl VerbsModule {
             }
             return Ok(());
         }
-        let Ok(slot) = u32::try_from(c.wr_id) else {
-            return Err(PluginError::new(
-                ErrorKind::OTHER,
-                format!("datagram completion with unknown id {}", c.wr_id),
-            ));
+        let slot = match u32::try_from(c.wr_id) {
+            Ok(s) if s < self.ud_recv.slots() => s,
+            _ => {
+                return Err(PluginError::new(
+                    ErrorKind::OTHER,
+                    format!("datagram completion with unknown id {}", c.wr_id),
+                ))
+            }
         };
         let mut message = None;
         if c.status == WC_SUCCESS {
