@@ -457,10 +457,11 @@ impl VerbsModule {
         if !inline && !self.send_pool.has_free() {
             return false;
         }
-        if !peer.credits.try_take() {
+        if peer.credits.available() == 0 {
             return false;
         }
-        let credits = peer.credits.piggyback();
+        // Taken from the counts only once the fragment is posted.
+        let credits = peer.credits.owed().min(u32::from(u16::MAX)) as u16;
         let Some(qp) = peer.qp.as_ref() else {
             return false;
         };
@@ -537,6 +538,10 @@ impl VerbsModule {
             self.fail_peer(rank, error, true);
             return false;
         }
+        if let Some(peer) = self.peers.get_mut(&rank) {
+            peer.credits.try_take();
+            peer.credits.piggyback();
+        }
         self.mark_waiting(rank);
         true
     }
@@ -570,10 +575,9 @@ impl VerbsModule {
                     let Some(slot) = self.send_pool.take() else {
                         return;
                     };
-                    peer.credits.try_take();
-                    let credits = peer.credits.piggyback().to_le_bytes();
+                    let credits = peer.credits.owed().min(u32::from(u16::MAX)) as u16;
                     if let Some(c) = bytes.get_mut(CREDITS_AT) {
-                        c.copy_from_slice(&credits);
+                        c.copy_from_slice(&credits.to_le_bytes());
                     }
                     let len = bytes.len();
                     if let Some(dst) = self.send_pool.bytes_mut(slot).get_mut(..len) {
@@ -599,6 +603,8 @@ impl VerbsModule {
                     // queue until its completion releases it.
                     let posted = unsafe { post(qp, r) };
                     if posted.is_ok() {
+                        peer.credits.try_take();
+                        peer.credits.piggyback();
                         if let Some(c) = cookie {
                             self.events.push_back(Event::Send(c, Ok(())));
                         }
