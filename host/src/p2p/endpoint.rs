@@ -24,7 +24,7 @@ use super::protocol::{
     ReqId, ReqState,
 };
 use super::{Communicator, P2pError, Status};
-use crate::btl::{Messenger, SendError, SendId, SendTicket, StallWatch};
+use crate::btl::{Class, Messenger, SendError, SendId, SendTicket, StallWatch};
 use crate::param::ParamStore;
 
 /// The reserved active-message tag of the point-to-point protocol.
@@ -574,9 +574,15 @@ impl P2p {
         } else {
             None
         };
-        let started = self
-            .messenger
-            .get_layer(peer, region, local.as_ref(), address, &key);
+        let started = self.messenger.rdma_class(
+            Class::Layer,
+            false,
+            peer,
+            region,
+            local.as_ref(),
+            address,
+            &key,
+        );
         if let Some(ReqState::Recv { rndv: Some(r), .. }) = self
             .proto
             .borrow_mut()

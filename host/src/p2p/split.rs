@@ -20,7 +20,7 @@ use fireopal_core::wire::p2p::{Ack, FinStatus, PutDone};
 use super::endpoint::{LayerOp, TAG_P2P};
 use super::protocol::{ReqId, ReqState, Split};
 use super::{P2p, P2pError, Violation};
-use crate::btl::SendTicket;
+use crate::btl::{Class, SendTicket};
 
 /// The sender's part starts on a page, so that the two copies never write
 /// one page.
@@ -134,9 +134,15 @@ impl P2p {
         let local = unsafe { MemRegion::new(out.ptr.add(start).cast_mut(), out.len - start) };
         let registration = out.registration.take();
         drop(proto);
-        let started = self
-            .messenger
-            .put_layer(peer, local, registration.as_ref(), address, key);
+        let started = self.messenger.rdma_class(
+            Class::Layer,
+            true,
+            peer,
+            local,
+            registration.as_ref(),
+            address,
+            key,
+        );
         if let Some(ReqState::Send(out)) = self
             .proto
             .borrow_mut()

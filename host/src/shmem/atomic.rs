@@ -215,6 +215,31 @@ impl Shmem<'_> {
             .map(T::from_bits)
     }
 
+    /// One fetching atomic of `op` with `value` on `pe`'s word at `dest`.
+    fn fetching<T: AtomicWord>(
+        &mut self,
+        op: AmoOp,
+        pe: u32,
+        dest: *mut T,
+        value: T,
+    ) -> Result<T, ShmemError> {
+        self.amo(pe, dest as usize, op, T::WIDTH, value.to_bits(), 0, true)
+            .map(T::from_bits)
+    }
+
+    /// One non-fetching atomic of `op` with `value` on `pe`'s word at
+    /// `dest`; complete at `quiet`.
+    fn posted<T: AtomicWord>(
+        &mut self,
+        op: AmoOp,
+        pe: u32,
+        dest: *mut T,
+        value: T,
+    ) -> Result<(), ShmemError> {
+        self.amo(pe, dest as usize, op, T::WIDTH, value.to_bits(), 0, false)
+            .map(drop)
+    }
+
     /// `shmem_atomic_set`: writes `value` at `dest` on `pe`.
     pub fn atomic_set<T: AtomicWord>(
         &mut self,
@@ -222,16 +247,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<(), ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::Set,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            false,
-        )
-        .map(drop)
+        self.posted(AmoOp::Set, pe, dest, value)
     }
 
     /// `shmem_atomic_swap`: writes `value`, returns the word before.
@@ -241,16 +257,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<T, ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::Swap,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            true,
-        )
-        .map(T::from_bits)
+        self.fetching(AmoOp::Swap, pe, dest, value)
     }
 
     /// `shmem_atomic_compare_swap`: writes `value` if the word equals
@@ -282,16 +289,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<T, ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchAdd,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            true,
-        )
-        .map(T::from_bits)
+        self.fetching(AmoOp::FetchAdd, pe, dest, value)
     }
 
     /// `shmem_atomic_add`: adds `value` (wrapping); complete at `quiet`.
@@ -301,16 +299,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<(), ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchAdd,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            false,
-        )
-        .map(drop)
+        self.posted(AmoOp::FetchAdd, pe, dest, value)
     }
 
     /// `shmem_atomic_fetch_and`: ands `value` in, returns the word before.
@@ -320,16 +309,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<T, ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchAnd,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            true,
-        )
-        .map(T::from_bits)
+        self.fetching(AmoOp::FetchAnd, pe, dest, value)
     }
 
     /// `shmem_atomic_and`: ands `value` in; complete at `quiet`.
@@ -339,16 +319,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<(), ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchAnd,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            false,
-        )
-        .map(drop)
+        self.posted(AmoOp::FetchAnd, pe, dest, value)
     }
 
     /// `shmem_atomic_fetch_or`: ors `value` in, returns the word before.
@@ -358,16 +329,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<T, ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchOr,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            true,
-        )
-        .map(T::from_bits)
+        self.fetching(AmoOp::FetchOr, pe, dest, value)
     }
 
     /// `shmem_atomic_or`: ors `value` in; complete at `quiet`.
@@ -377,16 +339,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<(), ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchOr,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            false,
-        )
-        .map(drop)
+        self.posted(AmoOp::FetchOr, pe, dest, value)
     }
 
     /// `shmem_atomic_fetch_xor`: xors `value` in, returns the word before.
@@ -396,16 +349,7 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<T, ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchXor,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            true,
-        )
-        .map(T::from_bits)
+        self.fetching(AmoOp::FetchXor, pe, dest, value)
     }
 
     /// `shmem_atomic_xor`: xors `value` in; complete at `quiet`.
@@ -415,15 +359,6 @@ impl Shmem<'_> {
         dest: *mut T,
         value: T,
     ) -> Result<(), ShmemError> {
-        self.amo(
-            pe,
-            dest as usize,
-            AmoOp::FetchXor,
-            T::WIDTH,
-            value.to_bits(),
-            0,
-            false,
-        )
-        .map(drop)
+        self.posted(AmoOp::FetchXor, pe, dest, value)
     }
 }

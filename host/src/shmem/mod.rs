@@ -115,8 +115,6 @@ pub enum ShmemError {
         /// What was wrong.
         reason: String,
     },
-    /// No module of the route to the PE can reach its heap.
-    Unreachable(u32),
     /// The PE failed.
     PeerFailed {
         /// The PE.
@@ -166,7 +164,6 @@ impl fmt::Display for ShmemError {
             ),
             Self::Misaligned(addr) => write!(f, "atomic word at {addr:#x} is not aligned"),
             Self::BadHeapEntry { pe, reason } => write!(f, "heap of PE {pe}: {reason}"),
-            Self::Unreachable(pe) => write!(f, "no transport reaches the heap of PE {pe}"),
             Self::PeerFailed { pe, failure } => write!(f, "PE {pe} failed: {failure}"),
             Self::Malformed { pe, error } => {
                 write!(f, "malformed one-sided message from PE {pe}: {error}")

@@ -80,10 +80,14 @@ impl Shmem<'_> {
                 self.heap.len()
             )));
         }
-        let key = self
-            .m
-            .remote_key_for(pe, entry.key)
-            .ok_or(ShmemError::Unreachable(pe))?;
+        // No key for this route: the PE's heap is reached in messages.
+        let Some(key) = self.m.remote_key_for(pe, entry.key) else {
+            return Ok(Path::Remote {
+                base: entry.base,
+                key: Vec::new(),
+                rdma: false,
+            });
+        };
         if self.st.direct {
             if let Some(map) = self.m.map_remote(pe, &key)? {
                 let local = map.local();

@@ -243,7 +243,8 @@ impl Shmem<'_> {
     pub fn put<T: Element>(&mut self, pe: u32, dest: *mut T, src: &[T]) -> Result<(), ShmemError> {
         // SAFETY: `src` is a live slice, read before this returns (a
         // transport's operation is waited for below).
-        let id = unsafe { self.put_start(pe, dest as usize, src.as_ptr(), src.len())? };
+        let id =
+            unsafe { self.start(pe, true, dest as usize, src.as_ptr().cast_mut(), src.len())? };
         self.finish(pe, id)
     }
 
@@ -257,7 +258,7 @@ impl Shmem<'_> {
     ) -> Result<(), ShmemError> {
         // SAFETY: `dest` is a live, exclusive slice, written before this
         // returns.
-        let id = unsafe { self.get_start(pe, dest.as_mut_ptr(), src as usize, dest.len())? };
+        let id = unsafe { self.start(pe, false, src as usize, dest.as_mut_ptr(), dest.len())? };
         self.finish(pe, id)
     }
 
@@ -276,7 +277,7 @@ impl Shmem<'_> {
         n: usize,
     ) -> Result<(), ShmemError> {
         // SAFETY: the caller's contract.
-        unsafe { self.put_start(pe, dest as usize, src, n) }.map(drop)
+        unsafe { self.start(pe, true, dest as usize, src.cast_mut(), n) }.map(drop)
     }
 
     /// `shmem_get_nbi`: starts copying `n` elements at symmetric address
@@ -294,90 +295,63 @@ impl Shmem<'_> {
         n: usize,
     ) -> Result<(), ShmemError> {
         // SAFETY: the caller's contract.
-        unsafe { self.get_start(pe, dest, src as usize, n) }.map(drop)
+        unsafe { self.start(pe, false, src as usize, dest, n) }.map(drop)
     }
 
+    /// Starts a put (`write`) of `n` elements from `local` to symmetric
+    /// address `symmetric` on `pe`, or a get of them into `local`; the
+    /// operation to wait for, if it completes later.
+    ///
     /// # Safety
     ///
-    /// `src` is valid for reads of `n` elements until the operation
-    /// completes.
-    unsafe fn put_start<T: Element>(
+    /// `local` is valid for `n` elements, for reads (a put) or writes (a
+    /// get), until the operation completes; a get's is touched by no one
+    /// else meanwhile, a put's stays unchanged.
+    unsafe fn start<T: Element>(
         &mut self,
         pe: u32,
-        dest: usize,
-        src: *const T,
+        write: bool,
+        symmetric: usize,
+        local: *mut T,
         n: usize,
     ) -> Result<Option<Started>, ShmemError> {
         let len = n
             .checked_mul(size_of::<T>())
             .ok_or(ShmemError::NotSymmetric {
-                addr: dest,
+                addr: symmetric,
                 len: usize::MAX,
             })?;
         self.check_pe(pe)?;
         if len == 0 {
             return Ok(None);
         }
-        match self.target(pe, dest, len)? {
-            Target::Here(to) => {
-                // SAFETY: `to` is `len` bytes inside this heap or the
-                // mapping of `pe`'s (checked by `target`); `src` is valid
-                // per the contract.
-                unsafe { copy(to, src.cast::<u8>(), len) };
+        let local = local.cast::<u8>();
+        match self.target(pe, symmetric, len)? {
+            Target::Here(there) => {
+                let (to, from) = if write {
+                    (there, local)
+                } else {
+                    (local, there)
+                };
+                // SAFETY: `there` is `len` bytes inside this heap or the
+                // mapping of `pe`'s (checked by `target`); `local` is
+                // valid per the contract.
+                unsafe { copy(to, from, len) };
                 Ok(None)
             }
             Target::Rdma(remote, key) => {
-                // SAFETY: valid for reads until completion, per the
-                // contract; the transport only reads it.
-                let local = unsafe { MemRegion::new(src.cast_mut().cast::<u8>(), len) };
-                self.start_rdma(pe, true, local, remote, &key)
+                // SAFETY: valid until completion, per the contract; a put
+                // only reads it.
+                let region = unsafe { MemRegion::new(local, len) };
+                self.start_rdma(pe, write, region, remote, &key)
             }
-            Target::Messages(offset) => {
+            Target::Messages(offset) if write => {
                 // SAFETY: valid for reads, per the contract; the messenger
                 // copies it before `send` returns.
-                let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) };
+                let data = unsafe { std::slice::from_raw_parts(local, len) };
                 self.put_message(pe, offset, data).map(|()| None)
             }
-        }
-    }
-
-    /// # Safety
-    ///
-    /// `dest` is valid for writes of `n` elements, and untouched by
-    /// others, until the operation completes.
-    unsafe fn get_start<T: Element>(
-        &mut self,
-        pe: u32,
-        dest: *mut T,
-        src: usize,
-        n: usize,
-    ) -> Result<Option<Started>, ShmemError> {
-        let len = n
-            .checked_mul(size_of::<T>())
-            .ok_or(ShmemError::NotSymmetric {
-                addr: src,
-                len: usize::MAX,
-            })?;
-        self.check_pe(pe)?;
-        if len == 0 {
-            return Ok(None);
-        }
-        match self.target(pe, src, len)? {
-            Target::Here(from) => {
-                // SAFETY: `from` is `len` bytes inside this heap or the
-                // mapping of `pe`'s; `dest` is valid per the contract.
-                unsafe { copy(dest.cast::<u8>(), from, len) };
-                Ok(None)
-            }
-            Target::Rdma(remote, key) => {
-                // SAFETY: valid for writes until completion, per the
-                // contract.
-                let local = unsafe { MemRegion::new(dest.cast::<u8>(), len) };
-                self.start_rdma(pe, false, local, remote, &key)
-            }
-            Target::Messages(offset) => self
-                .get_message(pe, offset, dest.cast::<u8>(), len)
-                .map(Some),
+            Target::Messages(offset) => self.get_message(pe, offset, local, len).map(Some),
         }
     }
 

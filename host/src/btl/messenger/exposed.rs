@@ -43,8 +43,9 @@ impl Messenger {
     /// returns a handle whose [`remote_key`](MemoryHandle::remote_key)
     /// names each module's registration. Peers turn it into the key of
     /// their route with [`remote_key_for`](Self::remote_key_for). A module
-    /// that cannot register the memory is left out of the key; the call
-    /// fails only if none can.
+    /// that cannot register the memory (one without RDMA) is left out of
+    /// the key, which may then name none: peers reach such memory by
+    /// other means.
     pub fn expose_memory(
         &mut self,
         region: MemRegion,
@@ -52,33 +53,15 @@ impl Messenger {
     ) -> Result<MemoryHandle, SendError> {
         let me = self.rank;
         let mut regs = Vec::new();
-        let mut first_error = None;
         for m in 0..self.slots.len() {
             if self.slots[m].closed.is_some() {
                 continue;
             }
-            match self.register_on(m, me, region, access) {
-                Ok(reg) => regs.push((m, reg)),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
+            if let Ok(reg) = self.register_on(m, me, region, access) {
+                regs.push((m, reg));
             }
         }
-        if regs.is_empty() {
-            return Err(first_error.unwrap_or(SendError::Unreachable(me)));
-        }
-        let entries: Vec<DirectoryEntry<'_>> = regs
-            .iter()
-            .filter_map(|(m, reg)| {
-                let slot = self.slots.get(*m)?;
-                Some(DirectoryEntry {
-                    component: &slot.component,
-                    index: u16::try_from(slot.index).ok()?,
-                    address: &reg.handle().remote_key,
-                })
-            })
-            .collect();
-        let key = encode_lane_keys(&entries).map_err(|e| {
+        let key = encode_lane_keys(&self.key_entries(&regs)).map_err(|e| {
             SendError::Module(PluginError::invalid(format!(
                 "the modules' remote keys do not fit one key: {e}"
             )))

@@ -91,46 +91,6 @@ impl Messenger {
         self.send_message(peer, tag, header, payload, Class::Layer)
     }
 
-    /// Reads `peer`'s memory into `local` for a layer.
-    pub(crate) fn get_layer(
-        &mut self,
-        peer: Rank,
-        local: MemRegion,
-        local_handle: Option<&MemoryHandle>,
-        remote_addr: u64,
-        remote_key: &[u8],
-    ) -> Result<SendTicket, SendError> {
-        self.rdma(
-            false,
-            Class::Layer,
-            peer,
-            local,
-            local_handle,
-            remote_addr,
-            remote_key,
-        )
-    }
-
-    /// Writes `local` into `peer`'s memory for a layer.
-    pub(crate) fn put_layer(
-        &mut self,
-        peer: Rank,
-        local: MemRegion,
-        local_handle: Option<&MemoryHandle>,
-        remote_addr: u64,
-        remote_key: &[u8],
-    ) -> Result<SendTicket, SendError> {
-        self.rdma(
-            true,
-            Class::Layer,
-            peer,
-            local,
-            local_handle,
-            remote_addr,
-            remote_key,
-        )
-    }
-
     /// Sends a message of `class` on a reserved tag.
     pub(crate) fn send_class(
         &mut self,

@@ -298,17 +298,7 @@ impl Messenger {
         }
         // The key must fit in an announcement of the point-to-point layer.
         let key = loop {
-            let entries: Vec<DirectoryEntry<'_>> = regs
-                .iter()
-                .filter_map(|(m, reg)| {
-                    let slot = self.slots.get(*m)?;
-                    Some(DirectoryEntry {
-                        component: &slot.component,
-                        index: u16::try_from(slot.index).ok()?,
-                        address: &reg.handle().remote_key,
-                    })
-                })
-                .collect();
+            let entries = self.key_entries(&regs);
             match encode_lane_keys(&entries) {
                 Ok(key) if key.len() <= MAX_KEY_LEN && entries.len() == regs.len() => break key,
                 _ if regs.len() > 2 => {
@@ -331,6 +321,23 @@ impl Messenger {
         Ok(MemoryHandle {
             held: Held::Lanes { regs, key },
         })
+    }
+
+    /// The entries of a lane key naming each module's registration.
+    pub(super) fn key_entries<'a>(
+        &'a self,
+        regs: &'a [(usize, Registration<ModuleRegistrar>)],
+    ) -> Vec<DirectoryEntry<'a>> {
+        regs.iter()
+            .filter_map(|(m, reg)| {
+                let slot = self.slots.get(*m)?;
+                Some(DirectoryEntry {
+                    component: &slot.component,
+                    index: u16::try_from(slot.index).ok()?,
+                    address: &reg.handle().remote_key,
+                })
+            })
+            .collect()
     }
 
     /// A registration of `region` on module `i` through the cache.
