@@ -56,7 +56,7 @@ fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|register
         [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick] [--param name=value]...
-fireopal bench shmem-put|shmem-get|shmem-atomic [--btl NAME] [--json] [--quick] [--param name=value]...";
+fireopal bench shmem|shmem-put|shmem-get|shmem-atomic [--btl NAME] [--json] [--quick] [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
@@ -65,7 +65,7 @@ usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|r
                [--param name=value]...
        fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick]
                [--param name=value]...
-       fireopal bench shmem-put|shmem-get|shmem-atomic [--btl NAME] [--json] [--quick]
+       fireopal bench shmem|shmem-put|shmem-get|shmem-atomic [--btl NAME] [--json] [--quick]
                [--param name=value]...
 
 Latency and bandwidth between ranks 0 and 1, OSU-style: of active messages
@@ -73,7 +73,7 @@ Latency and bandwidth between ranks 0 and 1, OSU-style: of active messages
 bidirectional bandwidth too), or of one-sided operations on the peer's
 registered memory (put, get), or of the one-sided layer on the symmetric
 heap (shmem-put: put then quiet, shmem-get, shmem-atomic: 64-bit
-fetch-add), 8 B to 4 MiB. `registration` times rendezvous from reused
+fetch-add, shmem: the three), 8 B to 4 MiB. `registration` times rendezvous from reused
 and from fresh buffers, cache hits and misses, and munmap of watched and
 unwatched memory, in alternated rounds. Run it under `fireopal run -n 2`,
 or alone to reach this process itself.
@@ -97,18 +97,22 @@ enum Kind {
     P2p,
     Registration,
     Rma(rma::Op),
-    Shmem(shmem::Op),
+    Shmem(&'static [shmem::Op]),
 }
 
-const KINDS: [(&str, Kind); 8] = [
+const KINDS: [(&str, Kind); 9] = [
     ("pingpong", Kind::PingPong),
     ("p2p", Kind::P2p),
     ("registration", Kind::Registration),
     ("put", Kind::Rma(rma::Op::Put)),
     ("get", Kind::Rma(rma::Op::Get)),
-    ("shmem-put", Kind::Shmem(shmem::Op::Put)),
-    ("shmem-get", Kind::Shmem(shmem::Op::Get)),
-    ("shmem-atomic", Kind::Shmem(shmem::Op::FetchAdd)),
+    (
+        "shmem",
+        Kind::Shmem(&[shmem::Op::Put, shmem::Op::Get, shmem::Op::FetchAdd]),
+    ),
+    ("shmem-put", Kind::Shmem(&[shmem::Op::Put])),
+    ("shmem-get", Kind::Shmem(&[shmem::Op::Get])),
+    ("shmem-atomic", Kind::Shmem(&[shmem::Op::FetchAdd])),
 ];
 
 const FROM: [(&str, From); 6] = [
@@ -233,7 +237,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         Kind::P2p => p2p::run(&b.common, b.json, b.quick, b.sizes.as_deref()),
         Kind::Registration => registration::run(&b.common, b.json, b.quick, b.rounds),
         Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick),
-        Kind::Shmem(op) => shmem::run(op, &b.common, b.json, b.quick),
+        Kind::Shmem(ops) => shmem::run(ops, &b.common, b.json, b.quick),
     };
     match done {
         Ok(()) => ExitCode::SUCCESS,

@@ -107,6 +107,38 @@ fn put_and_get_over_shm_tcp_and_self() {
     }
 }
 
+#[test]
+fn shmem_over_shm_tcp_and_self() {
+    for (btl, ranks, path) in [
+        ("shm", 2, "mapped heap"),
+        ("tcp", 2, "transport"),
+        ("self", 1, "own heap"),
+    ] {
+        let out = bench("shmem", btl, ranks);
+        let tables: Vec<&str> = out.split("# fireopal ").skip(1).collect();
+        assert_eq!(tables.len(), 3, "{out}");
+        for (table, what) in tables
+            .iter()
+            .zip(["shmem-put", "shmem-get", "shmem-atomic"])
+        {
+            let table = format!("# fireopal {table}");
+            assert!(
+                table.starts_with(&format!("# fireopal {what}: ")),
+                "{table}"
+            );
+            assert!(table.contains(&format!("over {path} (btl ")), "{table}");
+            let want: &[&str] = if what == "shmem-atomic" {
+                &["8 B"]
+            } else {
+                &[
+                    "8 B", "64 B", "512 B", "4 KiB", "32 KiB", "256 KiB", "1 MiB", "4 MiB",
+                ]
+            };
+            assert_eq!(sizes(&table), want, "{table}");
+        }
+    }
+}
+
 /// A rank that only serves the other's puts or gets is not taken for a
 /// stalled one: at full length, over tcp with socket buffers so small
 /// that every operation trickles (longer than the bench's 30 s stall

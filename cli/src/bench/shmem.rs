@@ -1,5 +1,5 @@
-//! `fireopal bench shmem-put`, `shmem-get` and `shmem-atomic`: the
-//! one-sided layer in the pattern of the OSU OpenSHMEM benchmarks
+//! `fireopal bench shmem` (all three below, one after the other),
+//! `shmem-put`, `shmem-get` and `shmem-atomic`: the one-sided layer in the pattern of the OSU OpenSHMEM benchmarks
 //! (`osu_oshm_put`, `osu_oshm_get`, `osu_oshm_atomics`), as
 //! `scripts/shmem/shmem_lat.c` measures OpenSHMEM implementations.
 //!
@@ -67,8 +67,8 @@ fn err(what: &'static str) -> impl Fn(fireopal::shmem::ShmemError) -> String {
     move |e| format!("{what}: {e}")
 }
 
-/// Runs one of the benchmarks.
-pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Failure> {
+/// Runs the benchmarks of `ops` in one job, in order.
+pub(super) fn run(ops: &[Op], common: &CommonArgs, json: bool, quick: bool) -> Result<(), Failure> {
     let mut rt = Runtime::init_with(fireopal::plugin::Options {
         command_line: common.params.clone(),
         ..fireopal::plugin::Options::default()
@@ -77,7 +77,7 @@ pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Resul
     rt.p2p().set_stall_limit(Some(STALL));
     let (rank, size) = (rt.rank(), rt.size());
     if size > 2 {
-        return Err(format!("{} needs 1 or 2 PEs, this job has {size}", op.name()).into());
+        return Err(format!("bench shmem needs 1 or 2 PEs, this job has {size}").into());
     }
     let peer = if size == 1 { 0 } else { 1 - rank };
     let module = rt
@@ -86,13 +86,25 @@ pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Resul
         .map(|r| format!("{}[{}]", r.component, r.index))
         .unwrap_or_default();
     let max = *SIZES.last().unwrap_or(&0);
-    let (rows, path) = {
-        let mut sh = rt.shmem();
-        let path = sh.path_kind(peer).map_err(err("path"))?;
-        let rows = measure(&mut sh, op, rank, peer, max, quick)?;
-        (rows, path)
-    };
-    if rank == 0 {
+    for &op in ops {
+        let (rows, path) = {
+            let mut sh = rt.shmem();
+            let path = sh.path_kind(peer).map_err(err("path"))?;
+            let rows = measure(&mut sh, op, rank, peer, max, quick)?;
+            (rows, path)
+        };
+        if rank == 0 {
+            report(op, &rows, (peer, path), &module, size, json);
+        }
+    }
+    rt.finalize().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Prints one benchmark's rows, as a table or one JSON line.
+fn report(op: Op, rows: &[Row], to: (u32, PathKind), module: &str, size: u32, json: bool) {
+    let (peer, path) = to;
+    {
         let path = match path {
             PathKind::Own => "own heap",
             PathKind::Mapped => "mapped heap",
@@ -103,10 +115,10 @@ pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Resul
                 "{}",
                 Json::Obj(vec![
                     ("benchmark", Json::str(op.name())),
-                    ("btl", Json::str(&module)),
+                    ("btl", Json::str(module)),
                     ("path", Json::str(path)),
                     ("ranks", Json::Int(i128::from(size))),
-                    ("results", super::rows_json(&rows)),
+                    ("results", super::rows_json(rows)),
                 ])
                 .render()
             );
@@ -116,12 +128,10 @@ pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Resul
                 op.name()
             );
             let mut out = String::new();
-            super::write_rows(&mut out, &rows);
+            super::write_rows(&mut out, rows);
             print!("{out}");
         }
     }
-    rt.finalize().map_err(|e| e.to_string())?;
-    Ok(())
 }
 
 fn measure(
