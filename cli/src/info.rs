@@ -70,7 +70,15 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     let mut one_sided = None;
     if let Some(b) = boot {
         if b.size() > 1 {
-            match fireopal::Runtime::with_bootstrap(b, options.clone()) {
+            // The registry above has warned about unknown settings.
+            let mut again = options.clone();
+            again
+                .command_line
+                .retain(|(name, _)| name != "warn_unknown_params");
+            again
+                .command_line
+                .push(("warn_unknown_params".into(), "false".into()));
+            match fireopal::Runtime::with_bootstrap(b, again) {
                 Ok(mut rt) => {
                     routes = Some(Routes::of(rt.messenger()));
                     one_sided = Some(OneSided::of(&mut rt));
