@@ -40,7 +40,8 @@ usage: fireopal conformance --btl NAME [--case NAME[,NAME]...] [--param name=val
 
 Checks a transport (--btl) or a symmetric-heap allocator (--memheap)
 against its contract, or the point-to-point (--p2p) or one-sided
-(--shmem) layer over the transports the job selects (FIREOPAL_BTL, --param btl=...). Run it under
+(--shmem) layer over the transports the job selects (FIREOPAL_BTL,
+--param btl=...). Run it under
 `fireopal run -n N` (N >= 2 for the peer-death case, and for the heap's
 symmetry to be checked across processes). Each rank prints a line per
 case, PASS, FAIL, or N/A where the component does not offer what the

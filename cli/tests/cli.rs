@@ -215,7 +215,7 @@ fn usage_errors_go_to_stderr_with_exit_2_naming_the_valid_values() {
         ),
         (
             &["conformance"],
-            "one of --btl, --memheap and --p2p is required",
+            "one of --btl, --memheap, --p2p and --shmem is required",
         ),
         (
             &["run", "-n", "2", "--bind-to", "socket", "--", "true"],
