@@ -133,6 +133,18 @@ fn tcp_without_rdma_moves_the_data_in_messages_the_target_copies() {
 }
 
 #[test]
+fn tcp_with_small_frames_moves_large_transfers_in_rdma_fragments() {
+    // tcp's `rdma_pipeline_frag_size` is its largest send: the messenger
+    // cuts 1 MiB puts and gets into 64 KiB operations.
+    passes(
+        "self,tcp",
+        2,
+        &["btl_tcp_if_include=lo", "btl_tcp_max_send_size=64k"],
+        &[],
+    );
+}
+
+#[test]
 fn tcp_over_two_links_stripes_the_heap_s_rdma() {
     let out = passes(
         "self,tcp",

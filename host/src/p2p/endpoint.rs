@@ -301,11 +301,15 @@ impl P2p {
                 };
             }
         }
-        // Rendezvous: RGET where the route reads remote memory, else the
+        // Rendezvous: RGET where the route reads remote memory and the
+        // message is at least its `min_rdma_pipeline_size`, else the
         // pipeline.
         let attrs = self.messenger.attributes(peer);
         let mut registration = None;
-        if len > 0 && self.config.rget && attrs.is_some_and(|a| a.flags.contains(BtlFlags::GET)) {
+        let rget = attrs.is_some_and(|a| {
+            a.flags.contains(BtlFlags::GET) && len as u64 >= a.min_rdma_pipeline_size
+        });
+        if len > 0 && self.config.rget && rget {
             // SAFETY: the caller keeps the bytes alive until the request
             // completes, which is after the receiver's FIN (or a failure),
             // when the registration is released.

@@ -5,14 +5,14 @@
 //!
 //! [`Runtime::shmem`](crate::Runtime::shmem) gives a [`Shmem`] view; a PE
 //! is a rank of the job. This module owns:
-//! - the choice of a path per PE ([`path`]): this process's own heap; a
+//! - the choice of a path per PE (`path`): this process's own heap; a
 //!   node-local PE's heap mapped here by the transport
 //!   ([`Messenger::map_remote`]), reached with loads, stores and CPU
 //!   atomics; or the transport's RDMA and active messages for the others;
-//! - transfers ([`rma`]): blocking and non-blocking put and get, typed or
+//! - transfers (`rma`): blocking and non-blocking put and get, typed or
 //!   bytes, `put_signal` and `wait_until`;
-//! - atomics ([`atomic`]) on 32- and 64-bit words;
-//! - completion and synchronisation ([`sync`]): `quiet`, `fence`, the
+//! - atomics (`atomic`) on 32- and 64-bit words;
+//! - completion and synchronisation (`sync`): `quiet`, `fence`, the
 //!   barrier, and the handler that serves other PEs' atomics here.
 //!
 //! # Atomicity across paths

@@ -23,15 +23,20 @@
 //! after an error may take messages with it,
 //! which would leave the receiver waiting for a number that never comes:
 //! the peer fails instead ([`PeerFailure::LaneLost`](super::PeerFailure)),
-//! naming the module. One-sided operations and registrations use the
-//! route's first module.
+//! naming the module.
+//!
+//! Messages of at least twice `bml_stripe_min` are striped over the
+//! route's modules that allow it ([`BtlFlags::STRIPE`]), each one's share
+//! in proportion to its bandwidth; with fewer than two such modules they
+//! go whole. RDMA on a key naming every lane is striped the same way
+//! (`super::rdma`).
 
 use std::collections::BTreeMap;
 
 use fireopal_abi::btl::Rank;
 
 use abi_stable::std_types::RSlice;
-use fireopal_abi::btl::Completion;
+use fireopal_abi::btl::{BtlFlags, Completion};
 use fireopal_core::wire::am::FirstFragment;
 
 use super::{
@@ -125,6 +130,17 @@ pub struct LaneInfo {
 }
 
 impl Messenger {
+    /// Whether at least two of the route's modules allow striping
+    /// ([`BtlFlags::STRIPE`]).
+    fn stripes(&self, route: &super::Route) -> bool {
+        route
+            .modules
+            .iter()
+            .filter(|&&i| self.slots[i].attrs.flags.contains(BtlFlags::STRIPE))
+            .nth(1)
+            .is_some()
+    }
+
     /// Sends a message to `peer` over its route: as is on a route of one
     /// module, sequenced and round robin on a route of several.
     #[inline]
@@ -141,7 +157,7 @@ impl Messenger {
             let i = *route.modules.first().ok_or(SendError::Unreachable(peer))?;
             return self.send_routed(i, peer, tag, header, payload, class);
         }
-        if self.stripe_min > 0 && payload.len() >= 2 * self.stripe_min && route.modules.len() > 1 {
+        if self.stripe_min > 0 && payload.len() >= 2 * self.stripe_min && self.stripes(route) {
             return self.send_striped(peer, tag, header, payload, class);
         }
         self.send_sequenced(peer, tag, header, payload, Some(class))
@@ -219,7 +235,11 @@ impl Messenger {
         let route = &self.routes[peer as usize];
         let n = route.modules.len();
         let turn = route.lanes.next % n;
-        let lanes: Vec<usize> = (0..n).map(|k| route.modules[(turn + k) % n]).collect();
+        // The lanes that allow striping, from the one whose turn it is.
+        let lanes: Vec<usize> = (0..n)
+            .map(|k| route.modules[(turn + k) % n])
+            .filter(|&i| self.slots[i].attrs.flags.contains(BtlFlags::STRIPE))
+            .collect();
         let header_len = u16::try_from(header.len()).map_err(|_| SendError::HeaderTooLong {
             len: header.len(),
             max: usize::from(u16::MAX),
@@ -572,6 +592,13 @@ mod tests {
             [(0, 125), (1, 125)]
         );
         assert_eq!(stripe(99, &[1, 1], 100, 1 << 20), [(0, 99)]);
+        // One lane: the room alone cuts the message (an RDMA operation
+        // larger than a module's `rdma_pipeline_frag_size`).
+        assert_eq!(
+            stripe(1000, &[5], 1, 300),
+            [(0, 300), (0, 300), (0, 300), (0, 100)]
+        );
+        assert!(stripe(0, &[5], 1, 300).is_empty());
         // A share over the room goes in several pieces on its lane.
         assert_eq!(
             stripe(1000, &[1, 1], 100, 300),

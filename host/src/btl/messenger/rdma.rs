@@ -2,7 +2,7 @@
 //! lanes when the remote key names several modules' registrations.
 
 use abi_stable::std_types::RSlice;
-use fireopal_abi::btl::{Completion, MemRegion, Rank, RdmaOp};
+use fireopal_abi::btl::{BtlFlags, Completion, MemRegion, Rank, RdmaOp};
 use fireopal_abi::PluginError;
 use fireopal_core::wire::am::{decode_lane_keys, DirectoryEntry};
 
@@ -82,18 +82,22 @@ impl Messenger {
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
         let i = self.module_for(peer)?;
+        let op = Rdma {
+            write,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+        };
         if self.routes[peer as usize].sequenced {
             if let Some(keys) = decode_lane_keys(remote_key) {
                 let lanes = self.lanes_of(peer, &keys);
-                let op = Rdma {
-                    write,
-                    peer,
-                    local,
-                    local_handle,
-                    remote_addr,
-                };
                 return self.rdma_striped(class, &op, &lanes);
             }
+        }
+        if local.len() > frag_limit(self.slots[i].attrs.rdma_pipeline_frag_size) {
+            // Larger than the module moves in one operation: in fragments.
+            return self.rdma_striped(class, &op, &[(i, remote_key.to_vec())]);
         }
         self.start_tracked(i, class, |module, cookie| {
             let op = RdmaOp {
@@ -131,7 +135,10 @@ impl Messenger {
 
     /// One RDMA operation striped over `lanes` (module, the peer's key
     /// there): each lane's share of the bytes in proportion to its
-    /// bandwidth, no share under `bml_stripe_min`.
+    /// bandwidth, no share under `bml_stripe_min`, over the lanes that
+    /// allow striping (`BtlFlags::STRIPE`; the first lane alone if fewer
+    /// than two do), and no piece larger than a lane's
+    /// `rdma_pipeline_frag_size`.
     fn rdma_striped(
         &mut self,
         class: Class,
@@ -143,15 +150,30 @@ impl Messenger {
                 "remote key names no module that reaches the peer",
             )));
         }
+        let striping: Vec<(usize, Vec<u8>)> = lanes
+            .iter()
+            .filter(|(m, _)| self.slots[*m].attrs.flags.contains(BtlFlags::STRIPE))
+            .cloned()
+            .collect();
+        let lanes = if striping.len() >= 2 {
+            &striping[..]
+        } else {
+            &lanes[..1]
+        };
         let len = op.local.len();
         let weights: Vec<u64> = lanes
             .iter()
             .map(|&(m, _)| u64::from(self.slots[m].attrs.bandwidth_mbps.max(1)))
             .collect();
-        let pieces = if self.stripe_min == 0 || len < 2 * self.stripe_min {
-            vec![(0, len)]
+        let room = lanes
+            .iter()
+            .map(|&(m, _)| frag_limit(self.slots[m].attrs.rdma_pipeline_frag_size))
+            .min()
+            .unwrap_or(usize::MAX);
+        let pieces = if lanes.len() < 2 || self.stripe_min == 0 || len < 2 * self.stripe_min {
+            stripe(len, &weights[..1], 1, room)
         } else {
-            stripe(len, &weights, self.stripe_min, usize::MAX)
+            stripe(len, &weights, self.stripe_min, room)
         };
         let id = self.next_id(class);
         let mut parts = 0usize;
@@ -199,6 +221,15 @@ impl Messenger {
             offset += n;
         }
         Ok(self.await_parts(id, parts, None))
+    }
+}
+
+/// The most bytes a module moves in one RDMA operation, from its
+/// `rdma_pipeline_frag_size` (0: no limit).
+fn frag_limit(frag_size: u64) -> usize {
+    match frag_size {
+        0 => usize::MAX,
+        n => usize::try_from(n).unwrap_or(usize::MAX),
     }
 }
 
