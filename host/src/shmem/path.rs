@@ -2,6 +2,8 @@
 //! PE's heap mapped here, or the transports. A PE's path is found on
 //! first use, from the heap entry it published, and kept.
 
+use std::rc::Rc;
+
 use fireopal_abi::btl::BtlFlags;
 use fireopal_core::wire::shmem::HeapEntry;
 
@@ -33,8 +35,9 @@ pub(super) enum Path {
     Remote {
         /// Where its heap starts in its own address space.
         base: u64,
-        /// The key of its heap's registration on this route.
-        key: Vec<u8>,
+        /// The key of its heap's registration on this route, shared so
+        /// that an operation takes it without copying.
+        key: Rc<[u8]>,
         /// Puts and gets are the transport's RDMA; otherwise messages the
         /// target copies.
         rdma: bool,
@@ -84,7 +87,7 @@ impl Shmem<'_> {
         let Some(key) = self.m.remote_key_for(pe, entry.key) else {
             return Ok(Path::Remote {
                 base: entry.base,
-                key: Vec::new(),
+                key: Rc::from(&[][..]),
                 rdma: false,
             });
         };
@@ -115,7 +118,7 @@ impl Shmem<'_> {
         let rdma = self.st.rdma && flags.contains(BtlFlags::PUT) && flags.contains(BtlFlags::GET);
         Ok(Path::Remote {
             base: entry.base,
-            key,
+            key: Rc::from(key),
             rdma,
         })
     }

@@ -115,7 +115,7 @@ enum Target {
     Here(*mut u8),
     /// At this address of the PE, through the transport's RDMA with this
     /// key.
-    Rdma(u64, Vec<u8>),
+    Rdma(u64, std::rc::Rc<[u8]>),
     /// At this offset of the PE's heap, through messages the PE copies.
     Messages(u64),
 }
