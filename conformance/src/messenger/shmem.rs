@@ -10,6 +10,8 @@
 //! mappings, through the target's handler and by the target itself at
 //! once, and must lose no update.
 
+use std::time::{Duration, Instant};
+
 use fireopal::shmem::{PathKind, Shmem, ShmemError, SignalOp, WaitCmp};
 use fireopal::Runtime;
 
@@ -21,6 +23,11 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 const SIZES: [usize; 6] = [1, 8, 4096, 8193, 65_537, 1 << 20];
 /// Atomic updates per PE on the shared word.
 const UPDATES: u64 = 2000;
+/// Longest a PE waits for a lock word before the case fails.
+const LOCK_LIMIT: Duration = Duration::from_secs(60);
+/// Longest PE 0 keeps operating on a PE that is leaving before the
+/// `pe-death` case fails.
+const DEATH_LIMIT: Duration = Duration::from_secs(60);
 
 /// What every one-sided case works with on one PE.
 pub struct Ctx {
@@ -195,9 +202,10 @@ fn case_nonblocking(c: &mut Ctx) -> Result<Outcome, String> {
 fn case_atomics(c: &mut Ctx) -> Result<Outcome, String> {
     let mut sh = c.rt.shmem();
     let (me, n) = (sh.my_pe(), sh.n_pes());
-    let words = sh.calloc(4, 8).map_err(err("calloc"))?.cast::<u64>();
+    let words = sh.calloc(5, 8).map_err(err("calloc"))?.cast::<u64>();
     let (sum, bits, lock) = (words, words.wrapping_add(1), words.wrapping_add(2));
     let small = words.wrapping_add(3).cast::<u32>();
+    let spinning = words.wrapping_add(4);
     // Every PE (PE 0 on its own word too) adds to PE 0's counters, half
     // fetching, half not, so that every path updates them at once.
     let mut last = 0u64;
@@ -218,19 +226,34 @@ fn case_atomics(c: &mut Ctx) -> Result<Outcome, String> {
     sh.atomic_or(0, bits, 1u64 << (me % 64))
         .map_err(err("or"))?;
     // A lock by compare-swap: each PE takes it once, in turn.
-    loop {
-        let old = sh
-            .atomic_compare_swap(0, lock, 0u64, u64::from(me) + 1)
-            .map_err(err("compare_swap"))?;
-        if old == 0 {
-            break;
-        }
-    }
+    acquire(&mut sh, lock, u64::from(me) + 1)?;
     let held = sh.atomic_swap(0, lock, 0u64).map_err(err("swap"))?;
     sh.barrier_all().map_err(err("barrier"))?;
     if held != u64::from(me) + 1 {
         return Err(format!("lock held by {held} when PE {me} released it"));
     }
+    // The last PE holds it while PE 0 spins on its own word, and releases
+    // it only once PE 0 said it spins: PE 0's spin must serve the release,
+    // which reaches it as a message when the last PE goes through the
+    // transports (`--mixed-paths`).
+    let last = n - 1;
+    if me == last && n > 1 {
+        acquire(&mut sh, lock, u64::from(last) + 1)?;
+    }
+    sh.barrier_all().map_err(err("barrier"))?;
+    if me == last && n > 1 {
+        sh.wait_until(spinning, WaitCmp::Eq, 1u64)
+            .map_err(err("wait_until"))?;
+        sh.atomic_set(0, lock, 0u64).map_err(err("set"))?;
+        sh.quiet().map_err(err("quiet"))?;
+    } else if me == 0 {
+        if n > 1 {
+            sh.put(last, spinning, &[1u64]).map_err(err("put"))?;
+        }
+        acquire(&mut sh, lock, 1)?;
+        sh.atomic_set(0, lock, 0u64).map_err(err("set"))?;
+    }
+    sh.barrier_all().map_err(err("barrier"))?;
     let total = sh.atomic_fetch(0, sum).map_err(err("fetch"))?;
     let total32 = sh.atomic_fetch(0, small).map_err(err("fetch 32"))?;
     let mask = sh
@@ -254,6 +277,23 @@ fn case_atomics(c: &mut Ctx) -> Result<Outcome, String> {
     }
     sh.free(words.cast()).map_err(err("free"))?;
     Ok(Outcome::Passed)
+}
+
+/// Takes the lock word `lock` on PE 0 by compare-swap from 0 to `mine`;
+/// gives up after [`LOCK_LIMIT`], which only a lock never released hits.
+fn acquire(sh: &mut Shmem<'_>, lock: *mut u64, mine: u64) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let old = sh
+            .atomic_compare_swap(0, lock, 0u64, mine)
+            .map_err(err("compare_swap"))?;
+        if old == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > LOCK_LIMIT {
+            return Err(format!("the lock was held by {old} for {LOCK_LIMIT:?}"));
+        }
+    }
 }
 
 fn case_signal(c: &mut Ctx) -> Result<Outcome, String> {
@@ -354,8 +394,12 @@ fn case_pe_death(c: &mut Ctx) -> Result<Outcome, String> {
     if remote {
         // Until PE 1 is gone its handler answers; bounded by the stall
         // limit once it is.
+        let start = Instant::now();
         loop {
             match sh.atomic_fetch_add(1, word, 1u64) {
+                Ok(_) if start.elapsed() > DEATH_LIMIT => {
+                    return Err(format!("PE 1 still answers after {DEATH_LIMIT:?}"))
+                }
                 Ok(_) => continue,
                 Err(e) if blamed(&e) == Some(1) => break,
                 Err(e) => {

@@ -165,7 +165,9 @@ impl Shmem<'_> {
         // (checked by `offset_of` against the heap's length, which every
         // PE's has), aligned (checked above) since bases are page aligned;
         // OpenSHMEM leaves a plain access racing with an atomic undefined.
-        Ok(unsafe { execute(word, op, width, operand, compare) })
+        let old = unsafe { execute(word, op, width, operand, compare) };
+        self.done_alone()?;
+        Ok(old)
     }
 
     #[allow(clippy::too_many_arguments)]

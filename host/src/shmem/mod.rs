@@ -31,7 +31,10 @@
 //!
 //! Atomics from PEs that cannot map this heap, and the barrier, need this
 //! process to make progress: every call of this module that waits does,
-//! and so do the point-to-point layer's waits and
+//! every [`LOCAL_POLL`]th put, get or atomic done by this process alone
+//! (on its own heap or a mapped one) does, so that a loop of them (a
+//! spin on a lock word) still serves the PEs that reach this heap through
+//! messages, and so do the point-to-point layer's waits and
 //! [`Messenger::progress`]. A PE that computes for long without calling
 //! any of them delays those atomics, as in OpenSHMEM implementations
 //! without a progress thread.
@@ -76,6 +79,9 @@ pub(crate) const TAG_SHMEM: u8 = 0xFB;
 const HEAP_KEY: &str = "fireopal-shmem-heap";
 /// The barrier's flag: this process's heap is at the agreed address.
 const FLAG_AGREED: u64 = 1;
+/// Operations this process completes alone between two calls to
+/// [`Messenger::progress`].
+pub const LOCAL_POLL: u32 = 64;
 
 /// The one-sided layer's parameters.
 pub(crate) fn param_specs() -> Vec<ParamSpec> {
@@ -232,6 +238,8 @@ pub(crate) struct State {
     amo_sent: u64,
     /// Barriers entered.
     epoch: u64,
+    /// Operations completed alone since the last progress.
+    local_ops: u32,
     /// Stall limit of waits.
     stall: Option<Duration>,
 }
@@ -301,6 +309,7 @@ impl State {
             next_request: 0,
             amo_sent: 0,
             epoch: 0,
+            local_ops: 0,
             stall: None,
         };
         let flags = if heap.at_agreed_address() {
@@ -498,6 +507,18 @@ impl<'a> Shmem<'a> {
         } else {
             Err(ShmemError::NoSuchPe(pe))
         }
+    }
+
+    /// Counts an operation this process completed alone, and makes
+    /// progress every [`LOCAL_POLL`]th time.
+    #[inline]
+    fn done_alone(&mut self) -> Result<(), ShmemError> {
+        self.st.local_ops += 1;
+        if self.st.local_ops < LOCAL_POLL {
+            return Ok(());
+        }
+        self.st.local_ops = 0;
+        self.m.progress().map(drop).map_err(ShmemError::Progress)
     }
 
     fn next_request(&mut self) -> u64 {

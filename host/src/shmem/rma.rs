@@ -337,7 +337,7 @@ impl Shmem<'_> {
                 // mapping of `pe`'s (checked by `target`); `local` is
                 // valid per the contract.
                 unsafe { copy(to, from, len) };
-                Ok(None)
+                self.done_alone().map(|()| None)
             }
             Target::Rdma(remote, key) => {
                 // SAFETY: valid until completion, per the contract; a put
