@@ -121,3 +121,47 @@ impl<'a> ParamRegistrar<'a> {
             .into_result()
     }
 }
+
+/// A parameter value a component refuses: the parameter's name and why.
+/// It becomes an `INVALID_ARGUMENT` [`PluginError`] when it leaves the
+/// component, e.g. from `open`.
+///
+/// ```
+/// use fireopal_abi::param::BadParam;
+/// let e = BadParam::new("btl_tcp_links", "must be between 1 and 64");
+/// assert_eq!(e.to_string(), "btl_tcp_links: must be between 1 and 64");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadParam {
+    param: &'static str,
+    reason: String,
+}
+
+impl BadParam {
+    /// Parameter `param` refused for `reason`.
+    pub fn new(param: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            param,
+            reason: reason.into(),
+        }
+    }
+
+    /// The parameter's name.
+    pub fn param(&self) -> &'static str {
+        self.param
+    }
+}
+
+impl fmt::Display for BadParam {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.param, self.reason)
+    }
+}
+
+impl std::error::Error for BadParam {}
+
+impl From<BadParam> for PluginError {
+    fn from(e: BadParam) -> Self {
+        PluginError::invalid(e.to_string())
+    }
+}

@@ -7,7 +7,6 @@
 //! scope to be dialled), are never used; IPv6 is used only when
 //! `btl_tcp_ipv6` is set.
 
-use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -180,31 +179,10 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
 }
 
 /// A bad parameter value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConfigError {
-    param: &'static str,
-    reason: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.param, self.reason)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl From<ConfigError> for PluginError {
-    fn from(e: ConfigError) -> Self {
-        PluginError::invalid(e.to_string())
-    }
-}
+pub(crate) use fireopal_abi::param::BadParam as ConfigError;
 
 fn bad(param: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        param,
-        reason: reason.into(),
-    }
+    ConfigError::new(param, reason)
 }
 
 /// One element of an include/exclude list.

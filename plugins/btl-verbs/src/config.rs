@@ -6,8 +6,6 @@
 //! whose largest fragment exceeds a peer's buffers finds that peer
 //! unreachable.
 
-use std::fmt;
-
 use fireopal_abi::host::Host;
 use fireopal_abi::param::{ParamRegistrar, ParamValue};
 use fireopal_abi::PluginError;
@@ -144,31 +142,10 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
 }
 
 /// A bad parameter value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConfigError {
-    param: &'static str,
-    reason: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.param, self.reason)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl From<ConfigError> for PluginError {
-    fn from(e: ConfigError) -> Self {
-        PluginError::invalid(e.to_string())
-    }
-}
+pub(crate) use fireopal_abi::param::BadParam as ConfigError;
 
 fn bad(param: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        param,
-        reason: reason.into(),
-    }
+    ConfigError::new(param, reason)
 }
 
 /// Resolved settings of one process's modules.
