@@ -211,6 +211,14 @@ impl From<SendError> for ShmemError {
     }
 }
 
+/// An RDMA operation of the layer not complete yet: its PE, and the
+/// registration of its local buffer on a route that needs one.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pe: u32,
+    local: Option<crate::btl::MemoryHandle>,
+}
+
 /// The one-sided layer's state in a [`Runtime`](crate::Runtime).
 pub(crate) struct State {
     me: u32,
@@ -227,8 +235,8 @@ pub(crate) struct State {
     paths: HashMap<u32, Path, IdHash>,
     /// What the handler recorded.
     inbox: Rc<RefCell<Inbox>>,
-    /// RDMA operations not complete yet, and their PE.
-    pending: HashMap<SendId, u32, IdHash>,
+    /// RDMA operations not complete yet.
+    pending: HashMap<SendId, InFlight, IdHash>,
     /// PEs with atomics not answered yet.
     amo_targets: HashSet<u32, IdHash>,
     /// Failed RDMA operations, for whoever waits on them or `quiet`.

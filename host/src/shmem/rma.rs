@@ -17,13 +17,13 @@
 
 use std::mem::size_of;
 
-use fireopal_abi::btl::MemRegion;
+use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 use fireopal_core::wire::shmem::{AmoOp, GetRequest, PutRequest, Width};
 
 use super::atomic::{execute, AtomicWord};
 use super::path::Path;
 use super::sync::NON_FETCHING;
-use super::{rank, Shmem, ShmemError, TAG_SHMEM};
+use super::{rank, InFlight, Shmem, ShmemError, TAG_SHMEM};
 use crate::btl::{Class, SendId, SendTicket};
 
 mod sealed {
@@ -152,16 +152,43 @@ impl Shmem<'_> {
         remote: u64,
         key: &[u8],
     ) -> Result<Option<Started>, ShmemError> {
-        let ticket =
-            self.m
-                .rdma_class(Class::OneSided, write, rank(pe), local, None, remote, key)?;
-        Ok(match ticket {
-            SendTicket::Done => None,
-            SendTicket::Pending(id) => {
-                self.st.pending.insert(id, pe);
-                Some(Started::Rdma(id))
+        // A route whose module needs the local buffer registered gets it
+        // through the messenger's cache, held until the operation ends.
+        let needs_local = self
+            .m
+            .attributes(rank(pe))
+            .is_some_and(|a| a.flags.contains(BtlFlags::NEEDS_LOCAL_REGISTRATION));
+        let handle = if needs_local {
+            let access = if write {
+                Access::LOCAL_READ
+            } else {
+                Access::LOCAL_WRITE
+            };
+            Some(self.m.register_memory(rank(pe), local, access)?)
+        } else {
+            None
+        };
+        let ticket = self.m.rdma_class(
+            Class::OneSided,
+            write,
+            rank(pe),
+            local,
+            handle.as_ref(),
+            remote,
+            key,
+        );
+        match ticket {
+            Ok(SendTicket::Pending(id)) => {
+                self.st.pending.insert(id, InFlight { pe, local: handle });
+                Ok(Some(Started::Rdma(id)))
             }
-        })
+            done => {
+                if let Some(h) = handle {
+                    let _ = self.m.deregister_memory(h);
+                }
+                done.map(|_| None).map_err(ShmemError::from)
+            }
+        }
     }
 
     /// Sends data for `pe` to write at `offset`; acknowledged like a

@@ -184,7 +184,11 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
 /// failed ones keep their error for whoever waits on them, or `quiet`.
 fn collect(m: &mut Messenger, st: &mut State) {
     for (id, result) in m.take_one_sided_completions() {
-        st.pending.remove(&id);
+        if let Some(local) = st.pending.remove(&id).and_then(|f| f.local) {
+            // Only a module that needs local registrations made one;
+            // releasing it can only fail there, and the cache keeps it.
+            let _ = m.deregister_memory(local);
+        }
         if let Err(e) = result {
             st.failed.insert(id, ShmemError::from(e));
         }
@@ -214,8 +218,9 @@ pub(super) fn wait(
             None => st
                 .pending
                 .values()
-                .chain(st.amo_targets.iter())
-                .find_map(|&pe| m.peer_failed(rank(pe)).map(|f| (pe, f.clone()))),
+                .map(|f| f.pe)
+                .chain(st.amo_targets.iter().copied())
+                .find_map(|pe| m.peer_failed(rank(pe)).map(|f| (pe, f.clone()))),
         };
         if let Some((pe, failure)) = failed {
             return Err(ShmemError::PeerFailed { pe, failure });
