@@ -316,13 +316,16 @@ pub trait EventSink {
     /// A `put`/`get` that answered [`Completion::Pending`] finished.
     fn rdma_complete(&mut self, cookie: u64, status: Result<(), PluginError>);
     /// A peer failed; later sends to it fail. The error's kind says how
-    /// when the module knows: [`ErrorKind::CONNECTION_CLOSED`],
-    /// [`ErrorKind::PROCESS_ENDED`], [`ErrorKind::TIMED_OUT`],
+    /// when the module knows: [`ErrorKind::CONNECTION_CLOSED`] for an
+    /// orderly close, [`ErrorKind::CONNECTION_RESET`] for a connection
+    /// that broke (the host then sends again on other modules what may
+    /// have been lost), [`ErrorKind::PROCESS_ENDED`], [`ErrorKind::TIMED_OUT`],
     /// [`ErrorKind::AUTHENTICATION`], [`ErrorKind::MALFORMED`] for bytes
     /// that break the protocol, else [`ErrorKind::PEER_FAILED`]; the host
     /// reports the kind to the runtime.
     ///
     /// [`ErrorKind::CONNECTION_CLOSED`]: crate::ErrorKind::CONNECTION_CLOSED
+    /// [`ErrorKind::CONNECTION_RESET`]: crate::ErrorKind::CONNECTION_RESET
     /// [`ErrorKind::PROCESS_ENDED`]: crate::ErrorKind::PROCESS_ENDED
     /// [`ErrorKind::TIMED_OUT`]: crate::ErrorKind::TIMED_OUT
     /// [`ErrorKind::AUTHENTICATION`]: crate::ErrorKind::AUTHENTICATION

@@ -38,8 +38,8 @@ impl ErrorKind {
     pub const NOT_READY: Self = Self(10);
     /// Anything else.
     pub const OTHER: Self = Self(11);
-    /// The peer failed: it closed the connection, or the connection was
-    /// reset or broke.
+    /// The peer failed: it closed the connection in order, so everything
+    /// it sent before the close arrived.
     pub const CONNECTION_CLOSED: Self = Self(12);
     /// The peer failed: its process exited.
     pub const PROCESS_ENDED: Self = Self(13);
@@ -48,6 +48,10 @@ impl ErrorKind {
     pub const TIMED_OUT: Self = Self(14);
     /// The peer failed: it could not prove it belongs to the job.
     pub const AUTHENTICATION: Self = Self(15);
+    /// The peer failed: the connection was reset or broke, so what was
+    /// in flight on it either way may be lost. A host with other
+    /// connections to the peer may send it again on those.
+    pub const CONNECTION_RESET: Self = Self(16);
 
     /// Whether this kind reports a failed peer: [`Self::PEER_FAILED`] or
     /// one of the finer kinds a newer plugin may use instead. A host that
@@ -58,6 +62,7 @@ impl ErrorKind {
             self,
             Self::PEER_FAILED
                 | Self::CONNECTION_CLOSED
+                | Self::CONNECTION_RESET
                 | Self::PROCESS_ENDED
                 | Self::TIMED_OUT
                 | Self::AUTHENTICATION
@@ -82,6 +87,7 @@ impl ErrorKind {
             Self::PROCESS_ENDED => "process ended",
             Self::TIMED_OUT => "timed out",
             Self::AUTHENTICATION => "authentication failed",
+            Self::CONNECTION_RESET => "connection reset",
             _ => return None,
         })
     }

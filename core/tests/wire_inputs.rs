@@ -14,7 +14,7 @@
 
 use fireopal_core::shmq::layout::{Header, HeaderExpect, Layout, LayoutParams, HEADER_LEN};
 use fireopal_core::shmq::{fbox, fifo};
-use fireopal_core::wire::am::{decode_directory, encode_directory, FirstFragment};
+use fireopal_core::wire::am::{decode_directory, encode_directory, FirstFragment, LaneNotice};
 use fireopal_core::wire::p2p;
 use fireopal_core::wire::shm;
 use fireopal_core::wire::tcp::address::{
@@ -284,7 +284,13 @@ proptest! {
         }
         if let Ok(entries) = decode_directory(&raw) {
             let again = encode_directory(&entries).expect("parsed entries encode");
-            prop_assert_eq!(again, raw);
+            prop_assert_eq!(&again, &raw);
+        }
+        let lost = LaneNotice::LaneLost { next: 9, component: "tcp", index: 1 }.encode();
+        for input in [edited(&lost, &edits), raw.clone()] {
+            if let Ok(notice) = LaneNotice::parse(&input) {
+                prop_assert_eq!(notice.encode(), input);
+            }
         }
     }
 

@@ -303,9 +303,10 @@ fn an_out_of_tree_transport_passes() {
 }
 
 /// An out-of-tree transport with two modules, each a loop: messages to
-/// the own rank go round robin over both lanes and still pass the suite;
-/// when one lane's module fails, the rank its ordered messages went to
-/// fails with an error naming the lost module.
+/// the own rank go round robin over both lanes and still pass the suite,
+/// also when one lane's module fails with messages in it (they go again
+/// on the other); with no copies kept, the rank they went to fails with
+/// an error naming the lost module.
 #[test]
 fn two_lanes_of_an_out_of_tree_transport_and_the_loss_of_one() {
     let dir = vendor_plugin("conformance-lanes", &[("FIXTURE_MODULES", "2")]);
@@ -319,15 +320,35 @@ fn two_lanes_of_an_out_of_tree_transport_and_the_loss_of_one() {
         "{}",
         out.stdout
     );
+    // Module 1 fails with messages queued in it: their copies go again on
+    // module 0, and every case still sees each message once, in order.
     let dir = vendor_plugin(
         "conformance-lane-lost",
         &[("FIXTURE_MODULES", "2"), ("FIXTURE_FAULT", "lane")],
     );
     let out = run_suite("loop", 1, &[("FIREOPAL_PLUGIN_PATH", dir.path())]);
+    assert_passed(&out, "two loop lanes, one lost", 1);
+    assert!(
+        out.stderr
+            .contains("module loop[1] closed: progress failed: i/o error: lane 1 broke on purpose")
+            && out.stderr.contains("peers go on over other lanes")
+            && !out.stderr.contains(" and 0 peers go on"),
+        "{}",
+        out.stderr
+    );
+    // With no copies kept, nothing can replace what the lane took.
+    let out = run_suite(
+        "loop",
+        1,
+        &[
+            ("FIREOPAL_PLUGIN_PATH", dir.path()),
+            ("FIREOPAL_BML_REPLAY_SIZE", Path::new("0")),
+        ],
+    );
     assert_failed(
         &out,
-        "rank 0 reported failed: btl loop[1], one of the modules carrying its ordered \
-         messages, was closed: i/o error: lane 1 broke on purpose",
+        "rank 0 reported failed: its lane over btl loop[1] was lost, with ordered messages \
+         no kept copy replaces: i/o error: lane 1 broke on purpose",
     );
 }
 

@@ -1,6 +1,7 @@
 //! Active-message protocol logic shared by every transport: the directory
-//! of endpoint addresses a process publishes, and the header of messages
-//! split into several fragments.
+//! of endpoint addresses a process publishes, the header of messages
+//! split into several fragments, and the notices the two ends of a route
+//! of several modules exchange about its lanes.
 //!
 //! Both are read from bytes another process wrote, so parsing checks every
 //! length before it trusts it and never panics.
@@ -24,6 +25,8 @@ pub enum ParseError {
     BadName,
     /// The format version is unknown.
     UnknownVersion(u8),
+    /// A kind byte names nothing this protocol defines.
+    UnknownKind(u8),
 }
 
 impl fmt::Display for ParseError {
@@ -34,6 +37,7 @@ impl fmt::Display for ParseError {
             Self::TrailingBytes => f.write_str("trailing bytes"),
             Self::BadName => f.write_str("name is not UTF-8"),
             Self::UnknownVersion(v) => write!(f, "unknown format version {v}"),
+            Self::UnknownKind(k) => write!(f, "unknown kind {k}"),
         }
     }
 }
@@ -183,6 +187,97 @@ pub fn decode_lane_keys(bytes: &[u8]) -> Option<Vec<DirectoryEntry<'_>>> {
     match bytes.split_first() {
         Some((&LANE_KEYS_MAGIC, rest)) => decode_directory(rest).ok(),
         _ => None,
+    }
+}
+
+/// What one end of a route of several modules (lanes) tells the other,
+/// in the header of an unsequenced message.
+///
+/// The receiver of sequenced messages says how far it has delivered, so
+/// that the sender can drop the copies it keeps for replay; and when it
+/// loses a lane, which one, and from which number the sender must send
+/// again.
+///
+/// ```
+/// use fireopal_core::wire::am::LaneNotice;
+/// let lost = LaneNotice::LaneLost { next: 7, component: "tcp", index: 1 };
+/// assert_eq!(LaneNotice::parse(&lost.encode()), Ok(lost));
+/// assert!(LaneNotice::parse(&[9, 0, 0, 0, 0]).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneNotice<'a> {
+    /// Every message numbered before `next` was delivered.
+    Delivered {
+        /// The number the receiver waits for.
+        next: u32,
+    },
+    /// The receiver's module `component`[`index`] lost its lane to the
+    /// sender: messages may be lost on it, so the sender stops using that
+    /// lane and sends again every message it keeps from `next` on.
+    LaneLost {
+        /// The number the receiver waits for.
+        next: u32,
+        /// Component of the lost lane's module (the same on both ends).
+        component: &'a str,
+        /// Its index within the component.
+        index: u16,
+    },
+}
+
+impl<'a> LaneNotice<'a> {
+    const DELIVERED: u8 = 1;
+    const LANE_LOST: u8 = 2;
+
+    /// The notice's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        match *self {
+            Self::Delivered { next } => {
+                let mut out = vec![Self::DELIVERED];
+                out.extend_from_slice(&next.to_le_bytes());
+                out
+            }
+            Self::LaneLost {
+                next,
+                component,
+                index,
+            } => {
+                // Component names are short; a longer one is cut, and then
+                // names no lane of the peer's.
+                let name = &component.as_bytes()[..component.len().min(usize::from(u8::MAX))];
+                let mut out = vec![Self::LANE_LOST];
+                out.extend_from_slice(&next.to_le_bytes());
+                out.extend_from_slice(&index.to_le_bytes());
+                out.push(name.len() as u8);
+                out.extend_from_slice(name);
+                out
+            }
+        }
+    }
+
+    /// Parses a notice a peer sent.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, ParseError> {
+        let mut r = fields(bytes);
+        let kind = r.u8()?;
+        let next = r.u32()?;
+        let notice = match kind {
+            Self::DELIVERED => Self::Delivered { next },
+            Self::LANE_LOST => {
+                let index = r.u16()?;
+                let len = r.u8()?;
+                let name = r.take(usize::from(len))?;
+                let component = core::str::from_utf8(name).map_err(|_| ParseError::BadName)?;
+                Self::LaneLost {
+                    next,
+                    component,
+                    index,
+                }
+            }
+            other => return Err(ParseError::UnknownKind(other)),
+        };
+        if r.remaining() != 0 {
+            return Err(ParseError::TrailingBytes);
+        }
+        Ok(notice)
     }
 }
 
@@ -383,6 +478,34 @@ mod tests {
             address: &long,
         };
         assert_eq!(encode_directory(&[e]), Err(EncodeError::AddressTooLong));
+    }
+
+    #[test]
+    fn lane_notices_round_trip_and_reject_what_is_not_one() {
+        let notices = [
+            LaneNotice::Delivered { next: u32::MAX },
+            LaneNotice::LaneLost {
+                next: 3,
+                component: "tcp",
+                index: 2,
+            },
+        ];
+        for n in notices {
+            let bytes = n.encode();
+            assert_eq!(LaneNotice::parse(&bytes), Ok(n));
+            for cut in 0..bytes.len() {
+                assert!(LaneNotice::parse(&bytes[..cut]).is_err(), "cut {cut}");
+            }
+            let mut extra = bytes.clone();
+            extra.push(0);
+            assert_eq!(LaneNotice::parse(&extra), Err(ParseError::TrailingBytes));
+        }
+        assert_eq!(
+            LaneNotice::parse(&[0, 1, 0, 0, 0]),
+            Err(ParseError::UnknownKind(0))
+        );
+        let bad_name = [2, 0, 0, 0, 0, 0, 0, 1, 0xFF];
+        assert_eq!(LaneNotice::parse(&bad_name), Err(ParseError::BadName));
     }
 
     #[test]

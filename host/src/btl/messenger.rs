@@ -2,7 +2,7 @@
 //! registrations and one-sided operations (`rdma`), transfer buffers
 //! (`transfer`), registered segments (`segments`), components and
 //! modules that fail (`failover`), peers that fail (`failure`), several
-//! modules per peer (`lanes`), what modules hand back during `progress`
+//! modules per peer (`lanes`) and the loss of one of them (`replay`), what modules hand back during `progress`
 //! (`sink`) and the errors of setup (`init_error`) live in the
 //! submodules.
 
@@ -259,6 +259,13 @@ pub struct Messenger {
     stripe_min: usize,
     /// Per peer, the messages of a sequenced route that came early.
     reorder: Vec<lanes::Reorder>,
+    /// What `progress` found about lanes, acted on after it.
+    lane_events: Vec<replay::LaneEvent>,
+    /// Pieces of striped RDMA in flight, by cookie, for another lane if
+    /// theirs is lost.
+    rdma_pieces: HashMap<u64, rdma::RdmaPiece, IdHash>,
+    /// Most bytes of copies kept per peer for replay over other lanes.
+    replay_limit: usize,
     /// The host's log, for modules that fail.
     log: Host,
 }
@@ -298,6 +305,12 @@ impl Messenger {
             .map_err(InitError::Memory)?;
         let policy = registry.params().str_value("bml_sendi").unwrap_or("fast");
         let stripe_min = match registry.params().value("bml_stripe_min") {
+            Some(ParamValue::Size(v) | ParamValue::UInt(v)) => {
+                usize::try_from(*v).unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        };
+        let replay_limit = match registry.params().value("bml_replay_size") {
             Some(ParamValue::Size(v) | ParamValue::UInt(v)) => {
                 usize::try_from(*v).unwrap_or(usize::MAX)
             }
@@ -444,6 +457,9 @@ impl Messenger {
             sendi_policy,
             stripe_min,
             reorder: (0..size).map(|_| lanes::Reorder::default()).collect(),
+            lane_events: Vec::new(),
+            rdma_pieces: HashMap::default(),
+            replay_limit,
             log,
         };
         if registry.params().str_value("log_level") == Some("debug") {
@@ -873,6 +889,8 @@ impl Messenger {
                 failures: &mut self.failures,
                 routes: &mut self.routes,
                 reorder: &mut self.reorder,
+                lane_events: &mut self.lane_events,
+                rdma_pieces: &mut self.rdma_pieces,
                 panic: None,
             };
             let result = slot
@@ -893,6 +911,9 @@ impl Messenger {
         }
         for (i, error) in failed {
             self.close_module(i, error);
+        }
+        if !self.lane_events.is_empty() {
+            self.lane_events();
         }
         if !self.replies.is_empty() {
             self.send_replies();
@@ -931,6 +952,7 @@ mod lanes;
 mod layered;
 mod rdma;
 mod registrations;
+mod replay;
 mod replies;
 mod segments;
 mod sink;

@@ -399,6 +399,11 @@ impl Registry {
                 "with several modules to a peer: smallest piece of a message striped over them in proportion to their bandwidth (a message under twice this goes whole on one); 0 stripes nothing",
             ),
             ParamSpec::new(
+                "bml_replay_size",
+                ParamValue::Size(64 << 20),
+                "with several modules to a peer: most bytes of sent messages kept per peer until it says they were delivered, so that the loss of one module's lane sends them again on the others; a lane lost while a message sent past this bound is undelivered fails the peer; 0 keeps nothing",
+            ),
+            ParamSpec::new(
                 "warn_unknown_params",
                 ParamValue::Bool(true),
                 "warn (on rank 0) about --param names and FIREOPAL_* variables that no loaded component has",

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use fireopal_abi::btl::{MemRegion, Rank};
+use fireopal_abi::PluginError;
 use fireopal_core::wire::tcp::frame::{FrameHeader, RdmaStatus};
 use fireopal_core::wire::tcp::handshake::{Hello, Transcript, NONCE_LEN};
 
@@ -130,6 +131,10 @@ pub(crate) struct Conn {
     /// When the acknowledgement check first found the peer's machine not
     /// answering (`None`: it answered at the last check).
     pub(crate) stalled_since: Option<Instant>,
+    /// A write failed because the peer closed or reset the connection:
+    /// the peer's sends are failed, and what it sent before is still read;
+    /// the failure is reported with this error once reading ends.
+    pub(crate) draining: Option<PluginError>,
 }
 
 impl Conn {
@@ -146,6 +151,7 @@ impl Conn {
             rx: None,
             want_write: false,
             stalled_since: None,
+            draining: None,
         }
     }
 

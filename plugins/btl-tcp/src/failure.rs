@@ -4,7 +4,10 @@
 //! A connection that closes, resets, or sends a frame that fails its
 //! checks makes the peer failed: `peer_failed` is reported once, every
 //! queued `send` and every `put`/`get` in flight to it completes with an
-//! error (each once), and later calls for it fail at once. Connections
+//! error (each once), and later calls for it fail at once. When a write
+//! finds the peer gone (it closed or reset the connection), what it sent
+//! before is still read and delivered, and `peer_failed` follows once
+//! the connection has no more to read. Connections
 //! that never authenticated are dropped and logged without touching any
 //! peer.
 
@@ -31,12 +34,13 @@ pub(crate) fn ack_check_interval(timeout: Duration) -> Duration {
 
 /// The kind of peer failure a connection that broke with `e` reports: the
 /// kernel gives up on an unanswered connection (keepalive, retransmission)
-/// with `ETIMEDOUT`; anything else closed or reset it.
+/// with `ETIMEDOUT`; anything else reset or broke it. (A peer's orderly
+/// close is `CONNECTION_CLOSED`, seen as the end of its stream.)
 pub(crate) fn broken_connection_kind(e: &io::Error) -> ErrorKind {
     if e.kind() == io::ErrorKind::TimedOut {
         ErrorKind::TIMED_OUT
     } else {
-        ErrorKind::CONNECTION_CLOSED
+        ErrorKind::CONNECTION_RESET
     }
 }
 
@@ -47,8 +51,37 @@ impl TcpModule {
             broken_connection_kind(e),
             format!("connection to rank {rank} lost: {e}"),
         );
-        self.fail_peer(rank, err.clone());
+        let peer_gone = matches!(
+            e.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        );
+        match self.peers.get(&rank).map(|p| &p.state) {
+            Some(&PeerState::Established(id)) if peer_gone => {
+                self.drain_then_fail(rank, id, err.clone())
+            }
+            _ => self.fail_peer(rank, err.clone()),
+        }
         err
+    }
+
+    /// A write to `rank` on connection `id` found the peer gone: its sends
+    /// fail now, and the connection is read to its end before
+    /// `peer_failed` is reported (see the module docs).
+    fn drain_then_fail(&mut self, rank: Rank, id: ConnId, error: PluginError) {
+        let Some(conn) = self.conns.get_mut(id) else {
+            return self.fail_peer(rank, error);
+        };
+        conn.draining = Some(error.clone());
+        self.watch_writes(id, false);
+        self.fail_pending(rank, &error);
+    }
+
+    /// Reports `rank` failed after its draining connection `id` ended.
+    pub(crate) fn drained(&mut self, rank: Rank, id: ConnId, error: PluginError) {
+        self.close_conn(id);
+        self.notices
+            .push_back(Notice::PeerFailed(rank, error.clone()));
+        self.log(LogLevel::Warn, &format!("rank {rank} failed: {error}"));
     }
 
     /// Closes connection `id` (if it is taken out for processing, its
@@ -67,11 +100,26 @@ impl TcpModule {
         if matches!(peer.state, PeerState::Failed(_)) {
             return;
         }
-        let old = std::mem::replace(&mut peer.state, PeerState::Failed(error.clone()));
-        let cookies = peer.queue.clear();
-        if let PeerState::Connecting(id) | PeerState::Established(id) = old {
+        if let Some(PeerState::Connecting(id) | PeerState::Established(id)) =
+            self.fail_pending(rank, &error)
+        {
             self.close_conn(id);
         }
+        self.notices
+            .push_back(Notice::PeerFailed(rank, error.clone()));
+        self.log(LogLevel::Warn, &format!("rank {rank} failed: {error}"));
+    }
+
+    /// Marks `rank` failed with `error` and fails its queued sends and
+    /// RDMA operations; returns the state it was in (`None` if it was
+    /// failed already or is unknown).
+    fn fail_pending(&mut self, rank: Rank, error: &PluginError) -> Option<PeerState> {
+        let peer = self.peers.get_mut(&rank)?;
+        if matches!(peer.state, PeerState::Failed(_)) {
+            return None;
+        }
+        let old = std::mem::replace(&mut peer.state, PeerState::Failed(error.clone()));
+        let cookies = peer.queue.clear();
         for cookie in cookies {
             self.notices
                 .push_back(Notice::SendDone(cookie, Err(error.clone())));
@@ -80,9 +128,7 @@ impl TcpModule {
             self.notices
                 .push_back(Notice::RdmaDone(cookie, Err(error.clone())));
         }
-        self.notices
-            .push_back(Notice::PeerFailed(rank, error.clone()));
-        self.log(LogLevel::Warn, &format!("rank {rank} failed: {error}"));
+        Some(old)
     }
 
     /// Reports the events found outside of `sink`'s reach.

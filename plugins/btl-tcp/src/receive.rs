@@ -80,9 +80,12 @@ impl TcpModule {
         };
         let (events, failure) = self.read_into(&conn.sock, &mut rx, rank, sink);
         conn.rx = Some(rx);
+        let draining = conn.draining.clone();
         self.conns.put_back(id, conn);
-        if let Some(e) = failure {
-            self.fail_peer(rank, e);
+        match (failure, draining) {
+            (Some(_), Some(first)) => self.drained(rank, id, first),
+            (Some(e), None) => self.fail_peer(rank, e),
+            (None, _) => {}
         }
         // Answers to RDMA requests queued while reading.
         while let Some(r) = self.to_flush.pop() {

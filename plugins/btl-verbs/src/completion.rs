@@ -94,10 +94,10 @@ pub fn kind_of(status: u32) -> ErrorKind {
         // initiator's checks should have caught, or bytes it cannot take.
         9 | 10 | 11 | 15 => ErrorKind::PEER_FAILED,
         // The peer's side went away mid-request.
-        16 => ErrorKind::CONNECTION_CLOSED,
+        16 => ErrorKind::CONNECTION_RESET,
         // Local: a request or buffer this process described wrongly.
         1 | 2 | 4 | 6 | 8 => ErrorKind::INVALID_ARGUMENT,
-        WC_WR_FLUSH_ERR => ErrorKind::CONNECTION_CLOSED,
+        WC_WR_FLUSH_ERR => ErrorKind::CONNECTION_RESET,
         7 => ErrorKind::MALFORMED,
         19 | 21 => ErrorKind::IO,
         _ => ErrorKind::OTHER,

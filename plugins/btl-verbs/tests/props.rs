@@ -283,7 +283,7 @@ fn statuses_that_name_a_cause_map_to_their_kinds() {
     assert_eq!(kind_of(12), ErrorKind::TIMED_OUT);
     assert_eq!(kind_of(13), ErrorKind::TIMED_OUT, "receiver not ready");
     assert_eq!(kind_of(10), ErrorKind::PEER_FAILED, "remote access");
-    assert_eq!(kind_of(16), ErrorKind::CONNECTION_CLOSED, "remote abort");
+    assert_eq!(kind_of(16), ErrorKind::CONNECTION_RESET, "remote abort");
     assert_eq!(kind_of(4), ErrorKind::INVALID_ARGUMENT, "local protection");
     assert_eq!(status_name(24), None);
     assert_eq!(kind_of(24), ErrorKind::OTHER);

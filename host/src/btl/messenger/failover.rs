@@ -19,7 +19,7 @@ use fireopal_abi::btl::{BtlModuleBox, Rank};
 use fireopal_abi::host::{Host, LogLevel};
 use fireopal_abi::{ErrorKind, PluginError};
 
-use super::{complete_part, InitError, Messenger, ModuleSlot, PeerFailure, SendError};
+use super::{complete_part, replay, InitError, Messenger, ModuleSlot, PeerFailure, SendError};
 use crate::plugin::{Framework, OpenError, Registry};
 
 /// A component or module left out at setup.
@@ -192,36 +192,18 @@ impl Messenger {
             error: error.clone(),
         };
 
-        let cookies: Vec<u64> = self
-            .cookies
-            .iter()
-            .filter(|(_, &(_, m))| m == i)
-            .map(|(&c, _)| c)
-            .collect();
-        let failed_ops = cookies.len();
-        for cookie in cookies {
-            if let Some((id, _)) = self.cookies.remove(&cookie) {
-                complete_part(
-                    &mut self.outstanding,
-                    &mut self.completions,
-                    id,
-                    Err(closed.clone()),
-                );
-            }
-        }
         self.reassembly.retain(|&(m, _), _| m != i);
 
         let mut now_used = Vec::new();
         let mut lost = 0usize;
         let mut rerouted = Vec::new();
+        let mut replayed = Vec::new();
         for (peer, route) in self.routes.iter_mut().enumerate() {
             if !route.modules.contains(&i) {
                 continue;
             }
             let peer = Rank::try_from(peer).unwrap_or(Rank::MAX);
             route.modules = best_tier(&self.slots, &route.candidates);
-            // On a sequenced route messages on the closed module may be
-            // lost: the order to this peer cannot go on.
             let failure = match route.modules.first() {
                 Some(&j) if !route.sequenced => {
                     rerouted.push((peer, j));
@@ -230,11 +212,14 @@ impl Messenger {
                     }
                     continue;
                 }
-                Some(_) => PeerFailure::LaneLost {
-                    component: component.clone(),
-                    index,
-                    error: error.clone(),
-                },
+                // A sequenced route goes on over its other lanes, which
+                // carry again what this one may have taken (`replay`).
+                Some(_) => {
+                    if route.failed.is_none() {
+                        replayed.push(peer);
+                    }
+                    continue;
+                }
                 None => PeerFailure::NoTransport {
                     component: component.clone(),
                     index,
@@ -248,6 +233,38 @@ impl Messenger {
                 self.failures.push((peer, failure));
             }
         }
+
+        // Sends whose copy goes again on another lane are not failed, nor
+        // RDMA pieces that go again on another.
+        let cookies: Vec<u64> = self
+            .cookies
+            .iter()
+            .filter(|(_, &(_, m))| m == i)
+            .map(|(&c, _)| c)
+            .collect();
+        let (mut failed_ops, mut carried_on) = (0usize, 0usize);
+        for cookie in cookies {
+            if let Some(piece) = self.rdma_pieces.remove(&cookie) {
+                self.cookies.remove(&cookie);
+                self.retry_piece(piece, i, closed.clone());
+                carried_on += 1;
+                continue;
+            }
+            if let Some((id, _)) = self.cookies.remove(&cookie) {
+                let status = if replay::replaces(&self.routes, id) {
+                    carried_on += 1;
+                    Ok(())
+                } else {
+                    failed_ops += 1;
+                    Err(closed.clone())
+                };
+                complete_part(&mut self.outstanding, &mut self.completions, id, status);
+            }
+        }
+        let lanes_lost = replayed.len();
+        for peer in replayed {
+            self.lane_lost(peer, i, error.clone());
+        }
         for j in now_used {
             if let Some(s) = self.slots.get_mut(j) {
                 s.remote = true;
@@ -259,7 +276,8 @@ impl Messenger {
             &format!(
                 "module {component}[{index}] closed: progress failed: {error}; \
                  {failed_ops} pending operations on it failed, {} peers rerouted, \
-                 {lost} left without a transport",
+                 {lost} left without a transport; {carried_on} operations and {lanes_lost} \
+                 peers go on over other lanes",
                 rerouted.len()
             ),
         );

@@ -48,7 +48,7 @@ impl FailureKind {
         match kind {
             ErrorKind::MALFORMED => Self::ProtocolViolation,
             ErrorKind::UNREACHABLE => Self::Unreachable,
-            ErrorKind::CONNECTION_CLOSED => Self::ConnectionClosed,
+            ErrorKind::CONNECTION_CLOSED | ErrorKind::CONNECTION_RESET => Self::ConnectionClosed,
             ErrorKind::PROCESS_ENDED => Self::ProcessEnded,
             ErrorKind::TIMED_OUT => Self::TimedOut,
             ErrorKind::AUTHENTICATION => Self::Authentication,
@@ -86,8 +86,10 @@ pub enum PeerFailure {
     /// Its messages over several modules broke their order (a number
     /// delivered twice, too many early, a malformed sequence header).
     Sequence(&'static str),
-    /// A module of several carrying its ordered messages was closed after
-    /// an error; messages on it may be lost, so the order cannot go on.
+    /// One of several modules carrying its ordered messages lost its lane
+    /// (closed after an error, or its connection broke), and a message
+    /// that lane may have taken has no kept copy to send again
+    /// (`bml_replay_size`), so the order cannot go on.
     LaneLost {
         /// Component of the closed module.
         component: String,
@@ -144,8 +146,8 @@ impl fmt::Display for PeerFailure {
                 error,
             } => write!(
                 f,
-                "btl {component}[{index}], one of the modules carrying its ordered messages, \
-                 was closed: {error}"
+                "its lane over btl {component}[{index}] was lost, with ordered messages no \
+                 kept copy replaces: {error}"
             ),
             Self::NoTransport {
                 component,
@@ -187,6 +189,7 @@ mod tests {
             (ErrorKind::MALFORMED, FailureKind::ProtocolViolation),
             (ErrorKind::UNREACHABLE, FailureKind::Unreachable),
             (ErrorKind::CONNECTION_CLOSED, FailureKind::ConnectionClosed),
+            (ErrorKind::CONNECTION_RESET, FailureKind::ConnectionClosed),
             (ErrorKind::PROCESS_ENDED, FailureKind::ProcessEnded),
             (ErrorKind::TIMED_OUT, FailureKind::TimedOut),
             (ErrorKind::AUTHENTICATION, FailureKind::Authentication),

@@ -18,12 +18,13 @@
 //!
 //! A peer that closes its connections (it finished, or died) fails once
 //! every lane has closed: each lane's data comes before its own close, but
-//! not before the other lanes'. Meanwhile its closed lanes carry nothing
-//! more. A module of a sequenced route that closes
-//! after an error may take messages with it,
-//! which would leave the receiver waiting for a number that never comes:
-//! the peer fails instead ([`PeerFailure::LaneLost`](super::PeerFailure)),
-//! naming the module.
+//! not before the other lanes'. A lane lost while others are open (its
+//! module closed after an error, or its connection to the peer broke or
+//! closed) carries nothing more, and may have taken messages with it: the
+//! sender keeps a copy of each message until the receiver says it was
+//! delivered, and sends the copies again on the other lanes (`replay`).
+//! Where no copy was kept, the peer fails
+//! ([`PeerFailure::LaneLost`](super::PeerFailure)), naming the module.
 //!
 //! Messages of at least twice `bml_stripe_min` are striped over the
 //! route's modules that allow it ([`BtlFlags::STRIPE`]), each one's share
@@ -39,8 +40,10 @@ use abi_stable::std_types::RSlice;
 use fireopal_abi::btl::{BtlFlags, Completion};
 use fireopal_core::wire::am::FirstFragment;
 
+use super::replay::{LaneEvent, ReplayStore, ACK_BYTES, ACK_EVERY};
 use super::{
-    Class, Messenger, PeerFailure, SendError, SendTicket, Sink, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
+    Class, Messenger, PeerFailure, SendError, SendId, SendTicket, Sink, TAG_FRAG_FIRST,
+    TAG_FRAG_NEXT,
 };
 
 /// Reserved tag of a message carried on a sequenced route.
@@ -80,7 +83,7 @@ impl SendiPolicy {
 #[derive(Debug, Default)]
 pub(super) struct Lanes {
     /// Whose turn it is (an index into the route's modules).
-    next: usize,
+    pub(super) next: usize,
     /// Number of the next message to this peer.
     seq: u32,
     /// Messages handed to each module: `(module, count)`.
@@ -88,6 +91,10 @@ pub(super) struct Lanes {
     /// Modules whose connection the peer closed; the peer fails when every
     /// lane has.
     pub(super) closed: Vec<usize>,
+    /// Copies of the messages not yet delivered, for replay.
+    pub(super) store: ReplayStore,
+    /// Modules whose lane was lost and replaced (`replay`).
+    pub(super) lost: Vec<usize>,
 }
 
 impl Lanes {
@@ -97,6 +104,8 @@ impl Lanes {
             seq: 0,
             sent: modules.iter().map(|&m| (m, 0)).collect(),
             closed: Vec::new(),
+            store: ReplayStore::default(),
+            lost: Vec::new(),
         }
     }
 
@@ -108,12 +117,19 @@ impl Lanes {
     }
 }
 
-/// The receiving side for one peer: the next number, and the messages
-/// that came early.
+/// The receiving side for one peer: the next number, the messages that
+/// came early, and what was last said delivered.
 #[derive(Debug, Default)]
 pub(super) struct Reorder {
-    expected: u32,
+    pub(super) expected: u32,
     held: BTreeMap<u32, (u8, Vec<u8>, Vec<u8>)>,
+    /// The number the last delivery notice carried.
+    acked: u32,
+    /// Bytes delivered since.
+    unacked_bytes: usize,
+    /// A replay may be under way: a number already delivered or held is
+    /// a copy, dropped, not a broken protocol.
+    pub(super) lenient: bool,
 }
 
 /// What one lane of a route carried, for reports.
@@ -202,9 +218,17 @@ impl Messenger {
         };
         for k in 0..tries {
             let i = self.routes[peer as usize].modules[(turn + k) % n];
-            if self.sendi_on(i, peer, TAG_SEQUENCED, wrapped, payload)? {
-                self.sent_on(peer, i, turn);
-                return Ok(Some(SendTicket::Done));
+            match self.sendi_on(i, peer, TAG_SEQUENCED, wrapped, payload) {
+                Ok(true) => {
+                    self.keep(peer, seq, tag, header, payload, None);
+                    self.sent_on(peer, i, turn);
+                    return Ok(Some(SendTicket::Done));
+                }
+                Ok(false) => {}
+                Err(e) if self.lose_lane_on(peer, i, &e) => {
+                    return self.send_sequenced(peer, tag, header, payload, class);
+                }
+                Err(e) => return Err(e),
             }
         }
         let Some(class) = class else {
@@ -213,7 +237,18 @@ impl Messenger {
         // Its `sendi` was tried above (too large, or Busy).
         let i = self.routes[peer as usize].modules[turn];
         let ticket =
-            self.send_routed_after(i, peer, TAG_SEQUENCED, wrapped, payload, class, true)?;
+            match self.send_routed_after(i, peer, TAG_SEQUENCED, wrapped, payload, class, true) {
+                Ok(ticket) => ticket,
+                Err(e) if self.lose_lane_on(peer, i, &e) => {
+                    return self.send_sequenced(peer, tag, header, payload, Some(class));
+                }
+                Err(e) => return Err(e),
+            };
+        let id = match ticket {
+            SendTicket::Pending(id) => Some(id),
+            SendTicket::Done => None,
+        };
+        self.keep(peer, seq, tag, header, payload, id);
         self.sent_on(peer, i, turn);
         Ok(Some(ticket))
     }
@@ -292,6 +327,13 @@ impl Messenger {
             let mut wrapped = vec![0u8; SEQ_HEADER_LEN + hdr.len()];
             wrap(&mut wrapped, inner, seq, hdr);
             let piece = &payload[offset..offset + len];
+            if !self.routes[peer as usize].modules.contains(&i) {
+                // Its lane was lost during this send: the piece goes on
+                // another, its completion the messenger's own.
+                self.send_sequenced(peer, inner, hdr, piece, Some(Class::Replay))?;
+                offset += len;
+                continue;
+            }
             let cookie = self.next_cookie;
             let slot = &mut self.slots[i];
             slot.active = true;
@@ -312,6 +354,11 @@ impl Messenger {
                     self.cookies.insert(cookie, (id, i));
                     parts += 1;
                 }
+                Err(e) if self.lose_lane_on(peer, i, &SendError::Module(e.clone())) => {
+                    self.send_sequenced(peer, inner, hdr, piece, Some(Class::Replay))?;
+                    offset += len;
+                    continue;
+                }
                 Err(e) if k == 0 => return Err(SendError::Module(e)),
                 Err(e) => {
                     // The peer holds part of the message: the stream to it
@@ -321,10 +368,29 @@ impl Messenger {
                     return Err(SendError::Module(e));
                 }
             }
+            self.keep(peer, seq, inner, hdr, piece, Some(id));
             self.sent_on(peer, i, turn + lane);
             offset += len;
         }
         Ok(self.await_parts(id, parts, None))
+    }
+
+    /// Keeps a copy of message `seq` to `peer` (its own tag, header and
+    /// payload) until the peer says it was delivered.
+    fn keep(
+        &mut self,
+        peer: Rank,
+        seq: u32,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        id: Option<SendId>,
+    ) {
+        let limit = self.replay_limit;
+        self.routes[peer as usize]
+            .lanes
+            .store
+            .keep(limit, seq, tag, header, payload, id);
     }
 
     /// Counts a message that left on module `i`: its number is used, and
@@ -394,7 +460,7 @@ pub(super) fn stripe(len: usize, weights: &[u64], min: usize, room: usize) -> Ve
 }
 
 /// Writes the sequence header and then `header` into `out`.
-fn wrap(out: &mut [u8], tag: u8, seq: u32, header: &[u8]) {
+pub(super) fn wrap(out: &mut [u8], tag: u8, seq: u32, header: &[u8]) {
     out[0] = tag;
     out[1..SEQ_HEADER_LEN].copy_from_slice(&seq.to_le_bytes());
     out[SEQ_HEADER_LEN..].copy_from_slice(header);
@@ -403,7 +469,8 @@ fn wrap(out: &mut [u8], tag: u8, seq: u32, header: &[u8]) {
 impl Sink<'_> {
     /// A message of a sequenced route: delivered if it is the next one
     /// (with every held one that follows), held if it came early.
-    pub(super) fn sequenced(&mut self, peer: Rank, header: &[u8], payload: &[u8]) {
+    /// A `replayed` one was sent again after a lane was lost.
+    pub(super) fn sequenced(&mut self, peer: Rank, header: &[u8], payload: &[u8], replayed: bool) {
         let Some((&tag, rest)) = header.split_first() else {
             return self.fail_peer(peer, PeerFailure::Sequence("empty sequence header"));
         };
@@ -422,11 +489,16 @@ impl Sink<'_> {
         let Some(reorder) = self.reorder.get_mut(peer as usize) else {
             return;
         };
+        if replayed {
+            reorder.lenient = true;
+        }
         let ahead = seq.wrapping_sub(reorder.expected);
         if ahead == 0 {
             reorder.expected = reorder.expected.wrapping_add(1);
             self.in_order(peer, tag, inner, payload);
             self.release_held(peer);
+        } else if reorder.lenient && (ahead >= 1 << 31 || reorder.held.contains_key(&seq)) {
+            // A copy of a message already delivered or held.
         } else if ahead >= 1 << 31 {
             self.fail_peer(
                 peer,
@@ -461,6 +533,17 @@ impl Sink<'_> {
     /// The next message of a sequenced route: a piece of a striped
     /// message goes to its reassembly, anything else to its handler.
     fn in_order(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        if let Some(r) = self.reorder.get_mut(peer as usize) {
+            r.unacked_bytes += header.len() + payload.len();
+            if r.expected.wrapping_sub(r.acked) >= ACK_EVERY || r.unacked_bytes >= ACK_BYTES {
+                r.acked = r.expected;
+                r.unacked_bytes = 0;
+                self.lane_events.push(LaneEvent::Delivered {
+                    peer,
+                    next: r.expected,
+                });
+            }
+        }
         if tag == TAG_FRAG_FIRST || tag == TAG_FRAG_NEXT {
             self.reassemble(STRIPED, peer, tag, header, payload);
         } else {

@@ -20,6 +20,9 @@ pub(crate) enum Class {
     User,
     Layer,
     OneSided,
+    /// The messenger's own sends (lane notices, replayed messages): no one
+    /// takes their completions.
+    Replay,
 }
 
 /// Completed operations, the user's and the layers' apart: an id's layer
@@ -33,6 +36,9 @@ pub(super) struct Completions {
 
 impl Completions {
     pub(super) fn push(&mut self, id: SendId, status: Result<(), SendError>) {
+        if id.0 & SILENT_BIT != 0 {
+            return;
+        }
         if id.0 & ONE_SIDED_BIT != 0 {
             self.one_sided.push((id, status));
         } else if id.is_internal() {
@@ -47,6 +53,8 @@ impl Completions {
 const LAYER_BIT: u64 = 1 << 63;
 /// With [`LAYER_BIT`], the bit that marks the one-sided layer's.
 const ONE_SIDED_BIT: u64 = 1 << 62;
+/// With [`LAYER_BIT`], the bit that marks the messenger's own.
+const SILENT_BIT: u64 = 1 << 61;
 
 impl SendId {
     /// Whether the id belongs to one of the library's layers.
@@ -64,6 +72,7 @@ impl Messenger {
             Class::User => SendId(n),
             Class::Layer => SendId(n | LAYER_BIT),
             Class::OneSided => SendId(n | LAYER_BIT | ONE_SIDED_BIT),
+            Class::Replay => SendId(n | LAYER_BIT | SILENT_BIT),
         }
     }
 

@@ -6,8 +6,10 @@ use fireopal_abi::btl::{BtlFlags, Completion, MemRegion, Rank, RdmaOp};
 use fireopal_abi::PluginError;
 use fireopal_core::wire::am::{decode_lane_keys, DirectoryEntry};
 
+use std::rc::Rc;
+
 use super::lanes::stripe;
-use super::{Class, MemoryHandle, Messenger, SendError, SendTicket};
+use super::{complete_part, Class, MemoryHandle, Messenger, SendError, SendId, SendTicket};
 
 impl Messenger {
     /// Sends only if the module can do it immediately and completely
@@ -176,6 +178,19 @@ impl Messenger {
             stripe(len, &weights, self.stripe_min, room)
         };
         let id = self.next_id(class);
+        // On a route of several lanes, a piece whose lane is lost goes
+        // again on another (`replay`): every lane's key is kept with it.
+        let retry: Option<Rc<[PieceLane]>> =
+            (self.routes[op.peer as usize].sequenced && lanes.len() >= 2).then(|| {
+                lanes
+                    .iter()
+                    .map(|(m, key)| PieceLane {
+                        module: *m,
+                        key: key.clone(),
+                        local_registration: op.local_handle.map_or(u64::MAX, |h| h.id_on(*m)),
+                    })
+                    .collect()
+            });
         let mut parts = 0usize;
         let mut offset = 0usize;
         for (k, &(lane, n)) in pieces.iter().enumerate() {
@@ -205,6 +220,19 @@ impl Messenger {
                 Ok(Completion::Pending) => {
                     self.next_cookie += 1;
                     self.cookies.insert(cookie, (id, *m));
+                    if let Some(lanes) = &retry {
+                        self.rdma_pieces.insert(
+                            cookie,
+                            RdmaPiece {
+                                id,
+                                write: op.write,
+                                peer: op.peer,
+                                local,
+                                remote_addr: op.remote_addr + offset as u64,
+                                lanes: Rc::clone(lanes),
+                            },
+                        );
+                    }
                     parts += 1;
                 }
                 Err(e) if k == 0 => return Err(SendError::Module(e)),
@@ -230,6 +258,93 @@ fn frag_limit(frag_size: u64) -> usize {
     match frag_size {
         0 => usize::MAX,
         n => usize::try_from(n).unwrap_or(usize::MAX),
+    }
+}
+
+/// A lane a piece of a striped RDMA operation may go on.
+#[derive(Debug)]
+pub(super) struct PieceLane {
+    module: usize,
+    /// The peer's key of the registration there.
+    key: Vec<u8>,
+    /// This process's registration of the local bytes there.
+    local_registration: u64,
+}
+
+/// A piece of a striped RDMA operation in flight, kept so that it can go
+/// again on another lane if its own is lost.
+#[derive(Debug)]
+pub(super) struct RdmaPiece {
+    /// The operation it is part of.
+    id: SendId,
+    write: bool,
+    pub(super) peer: Rank,
+    local: MemRegion,
+    remote_addr: u64,
+    lanes: Rc<[PieceLane]>,
+}
+
+impl Messenger {
+    /// Starts `piece` again on a lane still open to its peer, other than
+    /// `lost`; if none is, or the lane refuses, the operation it belongs
+    /// to ends with `error`.
+    pub(super) fn retry_piece(&mut self, piece: RdmaPiece, lost: usize, error: SendError) {
+        let open = &self.routes[piece.peer as usize].modules;
+        let failed = self.routes[piece.peer as usize].failed.is_some();
+        let lane = piece
+            .lanes
+            .iter()
+            .find(|l| l.module != lost && open.contains(&l.module));
+        let Some(lane) = lane.filter(|_| !failed) else {
+            return complete_part(
+                &mut self.outstanding,
+                &mut self.completions,
+                piece.id,
+                Err(error),
+            );
+        };
+        let (m, cookie) = (lane.module, self.next_cookie);
+        let rdma = RdmaOp {
+            peer: piece.peer,
+            local: piece.local,
+            local_registration: lane.local_registration,
+            remote_addr: piece.remote_addr,
+            remote_key: RSlice::from_slice(&lane.key),
+            cookie,
+        };
+        let started = match self.slot_mut(m) {
+            Ok(slot) => {
+                slot.active = true;
+                let started = if piece.write {
+                    slot.module.put(rdma)
+                } else {
+                    slot.module.get(rdma)
+                };
+                started.into_result().map_err(SendError::Module)
+            }
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(Completion::Done) => {
+                complete_part(
+                    &mut self.outstanding,
+                    &mut self.completions,
+                    piece.id,
+                    Ok(()),
+                );
+            }
+            Ok(Completion::Pending) => {
+                self.next_cookie += 1;
+                self.cookies.insert(cookie, (piece.id, m));
+                self.rdma_pieces.insert(cookie, piece);
+            }
+            Err(e) => complete_part(
+                &mut self.outstanding,
+                &mut self.completions,
+                piece.id,
+                Err(e),
+            ),
+        }
     }
 }
 

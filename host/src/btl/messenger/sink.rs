@@ -10,9 +10,11 @@ use abi_stable::std_types::{RResult, RSlice};
 use fireopal_abi::btl::{BtlEventSink, Rank};
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::id_hash::IdHash;
-use fireopal_core::wire::am::{Reassembled, Reassembly};
+use fireopal_core::wire::am::{LaneNotice, Reassembled, Reassembly};
 
 use super::layered::Completions;
+use super::rdma;
+use super::replay::{self, LaneEvent, TAG_LANE_NOTICE, TAG_REPLAYED};
 use super::{
     lanes, mark_failed, Handler, Incoming, Outstanding, PeerFailure, Replies, Route, SendError,
     SendId, MAX_MESSAGE, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
@@ -31,6 +33,8 @@ pub(super) struct Sink<'a> {
     pub(super) failures: &'a mut Vec<(Rank, PeerFailure)>,
     pub(super) routes: &'a mut Vec<Route>,
     pub(super) reorder: &'a mut Vec<lanes::Reorder>,
+    pub(super) lane_events: &'a mut Vec<LaneEvent>,
+    pub(super) rdma_pieces: &'a mut HashMap<u64, rdma::RdmaPiece, IdHash>,
     pub(super) panic: Option<Box<dyn std::any::Any + Send>>,
 }
 
@@ -79,7 +83,8 @@ impl Sink<'_> {
             Ok(Reassembled::Partial) => {}
             Ok(Reassembled::Complete(tag, h, p)) => {
                 self.reassembly.remove(&key);
-                if stream == lanes::STRIPED && tag == lanes::TAG_SEQUENCED {
+                if stream == lanes::STRIPED && (tag == lanes::TAG_SEQUENCED || tag == TAG_REPLAYED)
+                {
                     let why = "a sequenced message inside a striped one";
                     return self.fail_peer(peer, PeerFailure::Sequence(why));
                 }
@@ -94,10 +99,41 @@ impl Sink<'_> {
 
     #[inline]
     fn dispatch(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
-        if tag == lanes::TAG_SEQUENCED {
-            return self.sequenced(peer, header, payload);
+        match tag {
+            lanes::TAG_SEQUENCED => self.sequenced(peer, header, payload, false),
+            TAG_REPLAYED => self.sequenced(peer, header, payload, true),
+            TAG_LANE_NOTICE => self.lane_notice(peer, header),
+            _ => self.dispatch_now(peer, tag, header, payload),
         }
-        self.dispatch_now(peer, tag, header, payload);
+    }
+
+    /// A notice from the other end of a route of several lanes.
+    fn lane_notice(&mut self, peer: Rank, header: &[u8]) {
+        let sequenced = self
+            .routes
+            .get(peer as usize)
+            .is_some_and(|r| r.sequenced && r.failed.is_none());
+        if !sequenced {
+            // A route of one lane has nothing to replay; a failed one is
+            // over.
+            return;
+        }
+        match LaneNotice::parse(header) {
+            Ok(LaneNotice::Delivered { next }) => {
+                self.routes[peer as usize].lanes.store.delivered(next);
+            }
+            Ok(LaneNotice::LaneLost {
+                next,
+                component,
+                index,
+            }) => self.lane_events.push(LaneEvent::PeerLost {
+                peer,
+                next,
+                component: component.to_owned(),
+                index,
+            }),
+            Err(_) => self.fail_peer(peer, PeerFailure::Sequence("a malformed lane notice")),
+        }
     }
 
     /// Runs the handler of `tag`.
@@ -151,10 +187,34 @@ impl Sink<'_> {
         }
     }
 
-    fn complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        let Some((id, _)) = self.cookies.remove(&cookie) else {
+    fn complete(&mut self, cookie: u64, mut status: Result<(), PluginError>) {
+        let Some((id, module)) = self.cookies.remove(&cookie) else {
             return;
         };
+        if !self.rdma_pieces.is_empty() {
+            if let Some(piece) = self.rdma_pieces.remove(&cookie) {
+                if let Err(e) = &status {
+                    let peer = piece.peer;
+                    let live = self
+                        .routes
+                        .get(peer as usize)
+                        .is_some_and(|r| r.failed.is_none());
+                    if live && replay::lane_refused(e.kind) {
+                        let error = SendError::Module(e.clone());
+                        self.lane_events.push(LaneEvent::RetryPiece {
+                            piece,
+                            lost: module,
+                            error,
+                        });
+                        return;
+                    }
+                }
+            }
+        }
+        if status.is_err() && replay::replaces(self.routes, id) {
+            // A copy goes again on another lane.
+            status = Ok(());
+        }
         complete_part(
             self.outstanding,
             self.completions,
@@ -182,9 +242,19 @@ impl BtlEventSink for Sink<'_> {
     }
 
     fn peer_failed(&mut self, peer: Rank, error: PluginError) {
+        // A lane the peer closed in order carried all it sent on it: with
+        // others open, they may still carry more. A lane that broke while
+        // others are open is lost alone, and what it may have taken goes
+        // again on the others. Anything else fails the peer at once.
         if error.kind == ErrorKind::CONNECTION_CLOSED && !self.last_lane_closed(peer) {
-            // Each lane's data comes before its own close, not before the
-            // others': wait until every lane has closed.
+            return;
+        }
+        if replay::loses_lane(error.kind) && !self.last_lane_closed(peer) {
+            self.lane_events.push(LaneEvent::Lost {
+                peer,
+                module: self.module,
+                error,
+            });
             return;
         }
         self.fail_peer(peer, PeerFailure::Transport(error));
@@ -204,6 +274,8 @@ pub(super) struct SinkParts {
     pub(super) replies: Replies,
     pub(super) epoch: u64,
     pub(super) reorder: Vec<lanes::Reorder>,
+    pub(super) lane_events: Vec<LaneEvent>,
+    pub(super) rdma_pieces: HashMap<u64, rdma::RdmaPiece, IdHash>,
 }
 
 #[cfg(test)]
@@ -223,6 +295,8 @@ impl SinkParts {
             replies: Replies::default(),
             epoch: 0,
             reorder: (0..peers).map(|_| lanes::Reorder::default()).collect(),
+            lane_events: Vec::new(),
+            rdma_pieces: HashMap::default(),
         }
     }
 
@@ -240,6 +314,8 @@ impl SinkParts {
             failures: &mut self.failures,
             routes: &mut self.routes,
             reorder: &mut self.reorder,
+            lane_events: &mut self.lane_events,
+            rdma_pieces: &mut self.rdma_pieces,
             panic: None,
         }
     }
