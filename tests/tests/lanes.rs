@@ -243,11 +243,13 @@ fn destroy(local: &str, peer: &str) {
         .output();
 }
 
-/// Two ranks over two tcp links on loopback; one link's connection is
-/// destroyed (`ss -K`, both ends) while rank 0's messages wait unread in
-/// it: rank 1 loses that lane, asks for what it lost, and still receives
-/// every message once, in order and intact, including the striped ones.
-/// Skipped, saying why, where sockets cannot be destroyed.
+/// Two ranks over two tcp links on loopback, keeping copies for replay;
+/// one link's connection is destroyed (`ss -K`, both ends) while rank 0's
+/// messages and a striped put wait unread in it: rank 1 loses that lane,
+/// asks for what it lost, and still receives every message once, in order
+/// and intact, including the striped ones; the put's piece on the lost
+/// lane goes again on the other. Skipped, saying why, where sockets
+/// cannot be destroyed.
 #[test]
 fn a_lane_cut_with_messages_on_it_loses_none_of_them() {
     const MESSAGES: u32 = 3000;
@@ -260,9 +262,9 @@ fn a_lane_cut_with_messages_on_it_loses_none_of_them() {
             "--param",
             "btl_tcp_links=2",
             "--param",
-            "log_level=info",
-            "--",
+            "bml_replay_size=64M",
         ])
+        .args(["--param", "log_level=info", "--"])
         .arg(env!("CARGO_BIN_EXE_lane_loss_peer"))
         .arg(&ready)
         .arg(&go)

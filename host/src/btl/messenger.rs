@@ -266,6 +266,8 @@ pub struct Messenger {
     rdma_pieces: HashMap<u64, rdma::RdmaPiece, IdHash>,
     /// Most bytes of copies kept per peer for replay over other lanes.
     replay_limit: usize,
+    /// When a receiver on a sequenced route says how far it delivered.
+    acks: replay::AckPolicy,
     /// The host's log, for modules that fail.
     log: Host,
 }
@@ -460,6 +462,7 @@ impl Messenger {
             lane_events: Vec::new(),
             rdma_pieces: HashMap::default(),
             replay_limit,
+            acks: replay::AckPolicy::for_limit(replay_limit),
             log,
         };
         if registry.params().str_value("log_level") == Some("debug") {
@@ -891,6 +894,7 @@ impl Messenger {
                 reorder: &mut self.reorder,
                 lane_events: &mut self.lane_events,
                 rdma_pieces: &mut self.rdma_pieces,
+                acks: self.acks,
                 panic: None,
             };
             let result = slot

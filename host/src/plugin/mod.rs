@@ -400,8 +400,8 @@ impl Registry {
             ),
             ParamSpec::new(
                 "bml_replay_size",
-                ParamValue::Size(64 << 20),
-                "with several modules to a peer: most bytes of sent messages kept per peer until it says they were delivered, so that the loss of one module's lane sends them again on the others; a lane lost while a message sent past this bound is undelivered fails the peer; 0 keeps nothing",
+                ParamValue::Size(0),
+                "with several modules to a peer: most bytes of sent messages copied and kept per peer until it says they were delivered, so that the loss of one module's lane sends them again on the others (e.g. 64M; each message then costs a copy); a lane lost while a message it may have taken has no copy fails the peer; 0 (the default) keeps nothing",
             ),
             ParamSpec::new(
                 "warn_unknown_params",

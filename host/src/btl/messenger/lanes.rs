@@ -5,9 +5,9 @@
 //! A route with one module sends as it always did. A route with several
 //! (tcp with `btl_tcp_links=N`, or several interfaces) is *sequenced* from
 //! the start: each message, user or layer, eager or fragmented, goes under
-//! the reserved tag [`TAG_SEQUENCED`] with a 5-byte header in front of its
-//! own (its tag and a sequence number per receiver), on the next module in
-//! turn. The receiver delivers a message when its number is the next one
+//! the reserved tag [`TAG_SEQUENCED`] with a 9-byte header in front of its
+//! own (its tag, a sequence number per receiver, and the number the sender
+//! waits for from the receiver), on the next module in turn. The receiver delivers a message when its number is the next one
 //! and holds it otherwise, so handlers see each sender's messages in the
 //! order sent whatever module carried them.
 //!
@@ -40,7 +40,7 @@ use abi_stable::std_types::RSlice;
 use fireopal_abi::btl::{BtlFlags, Completion};
 use fireopal_core::wire::am::FirstFragment;
 
-use super::replay::{LaneEvent, ReplayStore, ACK_BYTES, ACK_EVERY};
+use super::replay::{LaneEvent, ReplayStore};
 use super::{
     Class, Messenger, PeerFailure, SendError, SendId, SendTicket, Sink, TAG_FRAG_FIRST,
     TAG_FRAG_NEXT,
@@ -48,8 +48,10 @@ use super::{
 
 /// Reserved tag of a message carried on a sequenced route.
 pub(super) const TAG_SEQUENCED: u8 = 0xFC;
-/// Bytes the sequence header adds: the message's tag and its number.
-pub(super) const SEQ_HEADER_LEN: usize = 5;
+/// Bytes the sequence header adds: the message's tag, its number, and the
+/// number the sender waits for from the receiver (every message of the
+/// receiver's before it was delivered: an acknowledgement riding along).
+pub(super) const SEQ_HEADER_LEN: usize = 9;
 /// Most messages a receiver holds for one peer while waiting for an
 /// earlier one; a peer past it breaks the protocol.
 const MAX_HELD: usize = 1 << 16;
@@ -123,7 +125,8 @@ impl Lanes {
 pub(super) struct Reorder {
     pub(super) expected: u32,
     held: BTreeMap<u32, (u8, Vec<u8>, Vec<u8>)>,
-    /// The number the last delivery notice carried.
+    /// The number last acknowledged to the peer, in a delivery notice or
+    /// in the sequence header of a message to it.
     acked: u32,
     /// Bytes delivered since.
     unacked_bytes: usize,
@@ -197,6 +200,7 @@ impl Messenger {
         }
         let turn = route.lanes.next % n;
         let seq = route.lanes.seq;
+        let ack = self.ack_for(peer);
         let mut stack = [0u8; STACK_HEADER];
         let mut heap = Vec::new();
         let wrapped: &[u8] = if header.len() + SEQ_HEADER_LEN <= STACK_HEADER {
@@ -204,12 +208,13 @@ impl Messenger {
                 &mut stack[..header.len() + SEQ_HEADER_LEN],
                 tag,
                 seq,
+                ack,
                 header,
             );
             &stack[..header.len() + SEQ_HEADER_LEN]
         } else {
             heap.resize(header.len() + SEQ_HEADER_LEN, 0);
-            wrap(&mut heap, tag, seq, header);
+            wrap(&mut heap, tag, seq, ack, header);
             &heap
         };
         let tries = match self.sendi_policy {
@@ -325,7 +330,8 @@ impl Messenger {
                 (TAG_FRAG_NEXT, &[])
             };
             let mut wrapped = vec![0u8; SEQ_HEADER_LEN + hdr.len()];
-            wrap(&mut wrapped, inner, seq, hdr);
+            let ack = self.ack_for(peer);
+            wrap(&mut wrapped, inner, seq, ack, hdr);
             let piece = &payload[offset..offset + len];
             if !self.routes[peer as usize].modules.contains(&i) {
                 // Its lane was lost during this send: the piece goes on
@@ -391,6 +397,16 @@ impl Messenger {
             .lanes
             .store
             .keep(limit, seq, tag, header, payload, id);
+    }
+
+    /// The number to acknowledge to `peer` in a message sent now: the one
+    /// this process waits for from it. The next delivery notice counts
+    /// from here.
+    pub(super) fn ack_for(&mut self, peer: Rank) -> u32 {
+        let r = &mut self.reorder[peer as usize];
+        r.acked = r.expected;
+        r.unacked_bytes = 0;
+        r.expected
     }
 
     /// Counts a message that left on module `i`: its number is used, and
@@ -460,9 +476,10 @@ pub(super) fn stripe(len: usize, weights: &[u64], min: usize, room: usize) -> Ve
 }
 
 /// Writes the sequence header and then `header` into `out`.
-pub(super) fn wrap(out: &mut [u8], tag: u8, seq: u32, header: &[u8]) {
+pub(super) fn wrap(out: &mut [u8], tag: u8, seq: u32, ack: u32, header: &[u8]) {
     out[0] = tag;
-    out[1..SEQ_HEADER_LEN].copy_from_slice(&seq.to_le_bytes());
+    out[1..5].copy_from_slice(&seq.to_le_bytes());
+    out[5..SEQ_HEADER_LEN].copy_from_slice(&ack.to_le_bytes());
     out[SEQ_HEADER_LEN..].copy_from_slice(header);
 }
 
@@ -474,14 +491,18 @@ impl Sink<'_> {
         let Some((&tag, rest)) = header.split_first() else {
             return self.fail_peer(peer, PeerFailure::Sequence("empty sequence header"));
         };
-        let Some(seq) = rest
-            .get(..4)
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .map(u32::from_le_bytes)
-        else {
+        let word = |at: usize| {
+            rest.get(at..at + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(u32::from_le_bytes)
+        };
+        let (Some(seq), Some(ack)) = (word(0), word(4)) else {
             return self.fail_peer(peer, PeerFailure::Sequence("short sequence header"));
         };
-        let inner = &rest[4..];
+        let inner = &rest[8..];
+        if let Some(route) = self.routes.get_mut(peer as usize) {
+            route.lanes.store.delivered(ack);
+        }
         if tag == TAG_SEQUENCED {
             let why = "a sequenced message inside another";
             return self.fail_peer(peer, PeerFailure::Sequence(why));
@@ -535,7 +556,9 @@ impl Sink<'_> {
     fn in_order(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
         if let Some(r) = self.reorder.get_mut(peer as usize) {
             r.unacked_bytes += header.len() + payload.len();
-            if r.expected.wrapping_sub(r.acked) >= ACK_EVERY || r.unacked_bytes >= ACK_BYTES {
+            if r.expected.wrapping_sub(r.acked) >= self.acks.every
+                || r.unacked_bytes >= self.acks.bytes
+            {
                 r.acked = r.expected;
                 r.unacked_bytes = 0;
                 self.lane_events.push(LaneEvent::Delivered {
@@ -574,7 +597,7 @@ mod tests {
     /// A sequenced message of `tag` number `seq` with header `h`.
     fn sequenced(tag: u8, seq: u32, h: &[u8]) -> Vec<u8> {
         let mut out = vec![0u8; SEQ_HEADER_LEN + h.len()];
-        wrap(&mut out, tag, seq, h);
+        wrap(&mut out, tag, seq, 0, h);
         out
     }
 

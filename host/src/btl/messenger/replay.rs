@@ -2,9 +2,12 @@
 //! message until the receiver says it was delivered, and sends the copies
 //! again on the lanes left when one is lost.
 //!
-//! - The receiver sends a [`LaneNotice::Delivered`] every [`ACK_EVERY`]
-//!   messages or [`ACK_BYTES`] bytes it delivers in order; the sender
-//!   drops the copies before that number.
+//! - Every sequenced message carries the number its sender waits for
+//!   from its receiver, so traffic both ways acknowledges itself. A
+//!   receiver that has delivered [`ACK_EVERY`] messages, or a quarter of
+//!   `bml_replay_size` bytes, since it last said how far it got sends a
+//!   [`LaneNotice::Delivered`]. The sender drops the copies before that
+//!   number.
 //! - A lane is lost when its module is closed after an error, or when the
 //!   module reports the connection to this peer broken or closed while
 //!   other lanes to it are open. The side that notices stops using the
@@ -17,15 +20,19 @@
 //!   holds once a replay may be under way (it received a replayed message
 //!   or announced a loss); before that, such a message breaks the
 //!   protocol.
-//! - Copies are bounded by `bml_replay_size` bytes per peer. A message
-//!   sent while the copies are at the bound is not kept; a lane lost
-//!   before it is delivered then fails the peer, as no copy can replace
-//!   it ([`PeerFailure::LaneLost`]).
+//! - Copies are bounded by `bml_replay_size` bytes per peer, 0 (no
+//!   copies, no notices) by default. A message sent while the copies are
+//!   at the bound is not kept; a lane lost before it is delivered then
+//!   fails the peer, as no copy can replace it ([`PeerFailure::LaneLost`]).
+//! - A piece of striped RDMA whose lane is lost starts again on another
+//!   lane with that lane's key (the caller's memory stays valid until the
+//!   operation completes, so nothing is copied).
 
 use std::collections::VecDeque;
 
 use fireopal_abi::btl::Rank;
 use fireopal_abi::{ErrorKind, PluginError};
+use fireopal_core::copy::copy_bytes;
 use fireopal_core::wire::am::LaneNotice;
 
 use super::lanes::{wrap, SEQ_HEADER_LEN};
@@ -36,14 +43,42 @@ use super::{Class, Messenger, PeerFailure, Route, SendError, SendId};
 pub(super) const TAG_REPLAYED: u8 = 0xF9;
 /// Reserved tag of a [`LaneNotice`] (unsequenced).
 pub(super) const TAG_LANE_NOTICE: u8 = 0xFA;
-/// Messages delivered in order between two delivery notices.
+/// Messages delivered in order, with none sent back, after which a
+/// delivery notice goes.
 pub(super) const ACK_EVERY: u32 = 64;
-/// Bytes delivered in order after which a delivery notice goes early.
-pub(super) const ACK_BYTES: usize = 256 << 10;
-/// Buffers of dropped copies kept for the next ones, and their largest
-/// size.
-const SPARE_BUFFERS: usize = 64;
-const SPARE_CAPACITY: usize = 64 << 10;
+
+/// When a receiver says how far it delivered: after `every` messages or
+/// `bytes` bytes delivered since it last did (in a notice or riding
+/// along a message of its own).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AckPolicy {
+    pub(super) every: u32,
+    pub(super) bytes: usize,
+}
+
+impl AckPolicy {
+    /// The policy for a sender keeping `replay_limit` bytes of copies: a
+    /// quarter of them delivered is said, so that the copies are dropped
+    /// long before the bound; with no copies kept, nothing needs saying.
+    pub(super) fn for_limit(replay_limit: usize) -> Self {
+        if replay_limit == 0 {
+            return AckPolicy {
+                every: u32::MAX,
+                bytes: usize::MAX,
+            };
+        }
+        AckPolicy {
+            every: ACK_EVERY,
+            bytes: (replay_limit / 4).max(64 << 10),
+        }
+    }
+}
+/// Cache line size, for the copies' alignment.
+const LINE: usize = 64;
+/// Buffers of dropped copies kept for the next ones, at most this many
+/// (and at most `bml_replay_size` bytes): fresh memory for every large
+/// copy would cost a page fault per page.
+const SPARE_BUFFERS: usize = 256;
 
 /// Whether sequence number `a` comes before `b` (numbers wrap).
 pub(super) fn before(a: u32, b: u32) -> bool {
@@ -56,8 +91,10 @@ struct Kept {
     seq: u32,
     /// Its own tag, inside the sequence header.
     tag: u8,
+    /// Where its header starts in `bytes`.
+    start: usize,
     header_len: usize,
-    /// Its header, then its payload.
+    /// Padding, its header, then its payload.
     bytes: Vec<u8>,
     /// The send it belongs to, if that completes later.
     id: Option<SendId>,
@@ -73,6 +110,9 @@ pub(super) struct ReplayStore {
     /// The latest number sent without a copy, while not yet delivered.
     unkept: Option<u32>,
     spare: Vec<Vec<u8>>,
+    spare_bytes: usize,
+    /// `bml_replay_size`: the bound on copies, and on spare buffers.
+    limit: usize,
 }
 
 impl ReplayStore {
@@ -88,18 +128,41 @@ impl ReplayStore {
         id: Option<SendId>,
     ) {
         let len = header.len() + payload.len();
+        self.limit = limit;
         if self.bytes + len > limit {
             self.unkept = Some(seq);
             return;
         }
-        let mut bytes = self.spare.pop().unwrap_or_default();
-        bytes.clear();
-        bytes.extend_from_slice(header);
-        bytes.extend_from_slice(payload);
+        // The last spare buffer if it is large enough: messages of one
+        // size reuse theirs as they are.
+        let room = len + LINE;
+        let mut bytes = match self.spare.pop() {
+            Some(b) => {
+                self.spare_bytes -= b.capacity();
+                if b.capacity() >= room {
+                    b
+                } else {
+                    Vec::with_capacity(room)
+                }
+            }
+            None => Vec::with_capacity(room),
+        };
+        // The payload goes at the caller's offset within a cache line, so
+        // the copy runs at full speed whatever the sizes (see
+        // `fireopal_core::copy`). The capacity holds the padding, so the
+        // buffer does not move below; resizing a reused buffer of the
+        // same length writes nothing.
+        let at = bytes.as_ptr() as usize + header.len();
+        let start = (payload.as_ptr() as usize).wrapping_sub(at) % LINE;
+        bytes.resize(start + len, 0);
+        let (h, p) = bytes[start..].split_at_mut(header.len());
+        h.copy_from_slice(header);
+        copy_bytes(p, payload);
         self.bytes += len;
         self.kept.push_back(Kept {
             seq,
             tag,
+            start,
             header_len: header.len(),
             bytes,
             id,
@@ -117,8 +180,10 @@ impl ReplayStore {
                 break;
             }
             if let Some(k) = self.kept.pop_front() {
-                self.bytes -= k.bytes.len();
-                if self.spare.len() < SPARE_BUFFERS && k.bytes.capacity() <= SPARE_CAPACITY {
+                self.bytes -= k.bytes.len() - k.start;
+                let cap = k.bytes.capacity();
+                if self.spare.len() < SPARE_BUFFERS && self.spare_bytes + cap <= self.limit {
+                    self.spare_bytes += cap;
                     self.spare.push(k.bytes);
                 }
             }
@@ -352,9 +417,10 @@ impl Messenger {
             }
             let i = route.modules[route.lanes.next % n];
             route.lanes.next = route.lanes.next.wrapping_add(1);
-            let (header, payload) = k.bytes.split_at(k.header_len);
+            let (header, payload) = k.bytes[k.start..].split_at(k.header_len);
             wrapped.resize(SEQ_HEADER_LEN + header.len(), 0);
-            wrap(&mut wrapped, k.tag, k.seq, header);
+            let ack = self.ack_for(peer);
+            wrap(&mut wrapped, k.tag, k.seq, ack, header);
             match self.send_routed(i, peer, TAG_REPLAYED, &wrapped, payload, Class::Replay) {
                 Ok(_) => {}
                 // That lane is going too (the peer may be closing them all):
@@ -438,7 +504,7 @@ mod tests {
 
     fn sequenced(tag: u8, seq: u32) -> Vec<u8> {
         let mut out = vec![0u8; SEQ_HEADER_LEN];
-        wrap(&mut out, tag, seq, &[]);
+        wrap(&mut out, tag, seq, 0, &[]);
         out
     }
 

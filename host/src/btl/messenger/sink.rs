@@ -35,6 +35,7 @@ pub(super) struct Sink<'a> {
     pub(super) reorder: &'a mut Vec<lanes::Reorder>,
     pub(super) lane_events: &'a mut Vec<LaneEvent>,
     pub(super) rdma_pieces: &'a mut HashMap<u64, rdma::RdmaPiece, IdHash>,
+    pub(super) acks: replay::AckPolicy,
     pub(super) panic: Option<Box<dyn std::any::Any + Send>>,
 }
 
@@ -316,6 +317,7 @@ impl SinkParts {
             reorder: &mut self.reorder,
             lane_events: &mut self.lane_events,
             rdma_pieces: &mut self.rdma_pieces,
+            acks: replay::AckPolicy::for_limit(1 << 20),
             panic: None,
         }
     }
