@@ -257,17 +257,10 @@ pub struct Messenger {
     /// Smallest piece of a message striped over several modules (0: none
     /// is).
     stripe_min: usize,
-    /// Per peer, the messages of a sequenced route that came early.
-    reorder: Vec<lanes::Reorder>,
-    /// What `progress` found about lanes, acted on after it.
-    lane_events: Vec<replay::LaneEvent>,
-    /// Pieces of striped RDMA in flight, by cookie, for another lane if
-    /// theirs is lost.
-    rdma_pieces: HashMap<u64, rdma::RdmaPiece, IdHash>,
+    /// What the lanes of sequenced routes keep between calls.
+    lane_state: replay::LaneState,
     /// Most bytes of copies kept per peer for replay over other lanes.
     replay_limit: usize,
-    /// When a receiver on a sequenced route says how far it delivered.
-    acks: replay::AckPolicy,
     /// The host's log, for modules that fail.
     log: Host,
 }
@@ -458,11 +451,8 @@ impl Messenger {
             registrations,
             sendi_policy,
             stripe_min,
-            reorder: (0..size).map(|_| lanes::Reorder::default()).collect(),
-            lane_events: Vec::new(),
-            rdma_pieces: HashMap::default(),
+            lane_state: replay::LaneState::new(size as usize, replay_limit),
             replay_limit,
-            acks: replay::AckPolicy::for_limit(replay_limit),
             log,
         };
         if registry.params().str_value("log_level") == Some("debug") {
@@ -891,10 +881,7 @@ impl Messenger {
                 completions: &mut self.completions,
                 failures: &mut self.failures,
                 routes: &mut self.routes,
-                reorder: &mut self.reorder,
-                lane_events: &mut self.lane_events,
-                rdma_pieces: &mut self.rdma_pieces,
-                acks: self.acks,
+                lane_state: &mut self.lane_state,
                 panic: None,
             };
             let result = slot
@@ -916,7 +903,7 @@ impl Messenger {
         for (i, error) in failed {
             self.close_module(i, error);
         }
-        if !self.lane_events.is_empty() {
+        if !self.lane_state.events.is_empty() {
             self.lane_events();
         }
         if !self.replies.is_empty() {

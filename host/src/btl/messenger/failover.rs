@@ -244,7 +244,7 @@ impl Messenger {
             .collect();
         let (mut failed_ops, mut carried_on) = (0usize, 0usize);
         for cookie in cookies {
-            if let Some(piece) = self.rdma_pieces.remove(&cookie) {
+            if let Some(piece) = self.lane_state.rdma_pieces.remove(&cookie) {
                 self.cookies.remove(&cookie);
                 self.retry_piece(piece, i, closed.clone());
                 carried_on += 1;

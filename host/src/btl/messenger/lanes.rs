@@ -176,6 +176,21 @@ impl Messenger {
             let i = *route.modules.first().ok_or(SendError::Unreachable(peer))?;
             return self.send_routed(i, peer, tag, header, payload, class);
         }
+        self.send_on_lanes(peer, tag, header, payload, class)
+    }
+
+    /// [`send_message`](Self::send_message) on a sequenced route: kept out
+    /// of line, so that the path of a route of one module stays short.
+    #[inline(never)]
+    fn send_on_lanes(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+        class: Class,
+    ) -> Result<SendTicket, SendError> {
+        let route = &self.routes[peer as usize];
         if self.stripe_min > 0 && payload.len() >= 2 * self.stripe_min && self.stripes(route) {
             return self.send_striped(peer, tag, header, payload, class);
         }
@@ -403,7 +418,7 @@ impl Messenger {
     /// this process waits for from it. The next delivery notice counts
     /// from here.
     pub(super) fn ack_for(&mut self, peer: Rank) -> u32 {
-        let r = &mut self.reorder[peer as usize];
+        let r = &mut self.lane_state.reorder[peer as usize];
         r.acked = r.expected;
         r.unacked_bytes = 0;
         r.expected
@@ -507,7 +522,7 @@ impl Sink<'_> {
             let why = "a sequenced message inside another";
             return self.fail_peer(peer, PeerFailure::Sequence(why));
         }
-        let Some(reorder) = self.reorder.get_mut(peer as usize) else {
+        let Some(reorder) = self.lane_state.reorder.get_mut(peer as usize) else {
             return;
         };
         if replayed {
@@ -540,7 +555,7 @@ impl Sink<'_> {
     /// Delivers the held messages of `peer` that now come next.
     fn release_held(&mut self, peer: Rank) {
         loop {
-            let Some(reorder) = self.reorder.get_mut(peer as usize) else {
+            let Some(reorder) = self.lane_state.reorder.get_mut(peer as usize) else {
                 return;
             };
             let Some((tag, header, payload)) = reorder.held.remove(&reorder.expected) else {
@@ -554,14 +569,14 @@ impl Sink<'_> {
     /// The next message of a sequenced route: a piece of a striped
     /// message goes to its reassembly, anything else to its handler.
     fn in_order(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
-        if let Some(r) = self.reorder.get_mut(peer as usize) {
+        if let Some(r) = self.lane_state.reorder.get_mut(peer as usize) {
             r.unacked_bytes += header.len() + payload.len();
-            if r.expected.wrapping_sub(r.acked) >= self.acks.every
-                || r.unacked_bytes >= self.acks.bytes
+            if r.expected.wrapping_sub(r.acked) >= self.lane_state.acks.every
+                || r.unacked_bytes >= self.lane_state.acks.bytes
             {
                 r.acked = r.expected;
                 r.unacked_bytes = 0;
-                self.lane_events.push(LaneEvent::Delivered {
+                self.lane_state.events.push(LaneEvent::Delivered {
                     peer,
                     next: r.expected,
                 });

@@ -221,7 +221,7 @@ impl Messenger {
                     self.next_cookie += 1;
                     self.cookies.insert(cookie, (id, *m));
                     if let Some(lanes) = &retry {
-                        self.rdma_pieces.insert(
+                        self.lane_state.rdma_pieces.insert(
                             cookie,
                             RdmaPiece {
                                 id,
@@ -336,7 +336,7 @@ impl Messenger {
             Ok(Completion::Pending) => {
                 self.next_cookie += 1;
                 self.cookies.insert(cookie, (piece.id, m));
-                self.rdma_pieces.insert(cookie, piece);
+                self.lane_state.rdma_pieces.insert(cookie, piece);
             }
             Err(e) => complete_part(
                 &mut self.outstanding,

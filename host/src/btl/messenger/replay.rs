@@ -28,14 +28,15 @@
 //!   lane with that lane's key (the caller's memory stays valid until the
 //!   operation completes, so nothing is copied).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use fireopal_abi::btl::Rank;
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::copy::copy_bytes;
+use fireopal_core::id_hash::IdHash;
 use fireopal_core::wire::am::LaneNotice;
 
-use super::lanes::{wrap, SEQ_HEADER_LEN};
+use super::lanes::{wrap, Reorder, SEQ_HEADER_LEN};
 use super::rdma::RdmaPiece;
 use super::{Class, Messenger, PeerFailure, Route, SendError, SendId};
 
@@ -239,6 +240,31 @@ pub(super) fn replaces(routes: &[Route], id: SendId) -> bool {
         .any(|r| r.sequenced && r.failed.is_none() && r.lanes.store.holds(id))
 }
 
+/// What the lanes of sequenced routes keep between calls, apart from each
+/// route's own: per peer, the messages that came early; what `progress`
+/// found; the pieces of striped RDMA in flight; when to acknowledge.
+/// One value, so that a module's sink borrows it with one reference.
+#[derive(Debug)]
+pub(super) struct LaneState {
+    pub(super) reorder: Vec<Reorder>,
+    pub(super) events: Vec<LaneEvent>,
+    pub(super) rdma_pieces: HashMap<u64, RdmaPiece, IdHash>,
+    pub(super) acks: AckPolicy,
+}
+
+impl LaneState {
+    /// Nothing yet, for a job of `size` ranks and copies bounded by
+    /// `replay_limit` bytes.
+    pub(super) fn new(size: usize, replay_limit: usize) -> Self {
+        LaneState {
+            reorder: (0..size).map(|_| Reorder::default()).collect(),
+            events: Vec::new(),
+            rdma_pieces: HashMap::default(),
+            acks: AckPolicy::for_limit(replay_limit),
+        }
+    }
+}
+
 /// What `progress` found about lanes, acted on once the modules have
 /// returned.
 #[derive(Debug)]
@@ -272,7 +298,7 @@ pub(super) enum LaneEvent {
 impl Messenger {
     /// Acts on what `progress` found about lanes.
     pub(super) fn lane_events(&mut self) {
-        for event in std::mem::take(&mut self.lane_events) {
+        for event in std::mem::take(&mut self.lane_state.events) {
             match event {
                 LaneEvent::Delivered { peer, next } => {
                     self.send_notice(peer, &LaneNotice::Delivered { next });
@@ -340,7 +366,7 @@ impl Messenger {
         if self.routes[peer as usize].modules.is_empty() {
             return self.fail_lanes(peer, failure);
         }
-        let reorder = &mut self.reorder[peer as usize];
+        let reorder = &mut self.lane_state.reorder[peer as usize];
         reorder.lenient = true;
         let next = reorder.expected;
         if let PeerFailure::LaneLost { error, .. } = &failure {
@@ -443,7 +469,7 @@ impl Messenger {
     /// Fails `peer` after a lane was lost and its messages could not go
     /// again.
     fn fail_lanes(&mut self, peer: Rank, failure: PeerFailure) {
-        super::lanes::forget(&mut self.reorder, peer);
+        super::lanes::forget(&mut self.lane_state.reorder, peer);
         if super::mark_failed(
             &mut self.routes,
             &mut self.failure_epoch,
@@ -547,7 +573,8 @@ mod tests {
         drop(sink);
         assert_eq!(seen.get(), ACK_EVERY + 3);
         let said: Vec<(Rank, u32)> = parts
-            .lane_events
+            .lane_state
+            .events
             .iter()
             .filter_map(|e| match e {
                 LaneEvent::Delivered { peer, next } => Some((*peer, *next)),
@@ -576,7 +603,7 @@ mod tests {
         sink.deliver(2, TAG_LANE_NOTICE, RSlice::from_slice(&[9, 9]), empty);
         drop(sink);
         assert_eq!(parts.routes[1].lanes.store.bytes(), 3);
-        assert!(parts.lane_events.iter().any(|e| matches!(
+        assert!(parts.lane_state.events.iter().any(|e| matches!(
             e,
             LaneEvent::PeerLost { peer: 1, next: 4, component, index: 1 } if component == "tcp"
         )));
@@ -592,7 +619,7 @@ mod tests {
         assert!(parts.failures.is_empty());
         assert_eq!(parts.routes[1].modules, [0]);
         assert!(matches!(
-            parts.lane_events.as_slice(),
+            parts.lane_state.events.as_slice(),
             [LaneEvent::Lost {
                 peer: 1,
                 module: 1,

@@ -13,7 +13,6 @@ use fireopal_core::id_hash::IdHash;
 use fireopal_core::wire::am::{LaneNotice, Reassembled, Reassembly};
 
 use super::layered::Completions;
-use super::rdma;
 use super::replay::{self, LaneEvent, TAG_LANE_NOTICE, TAG_REPLAYED};
 use super::{
     lanes, mark_failed, Handler, Incoming, Outstanding, PeerFailure, Replies, Route, SendError,
@@ -32,10 +31,7 @@ pub(super) struct Sink<'a> {
     pub(super) completions: &'a mut Completions,
     pub(super) failures: &'a mut Vec<(Rank, PeerFailure)>,
     pub(super) routes: &'a mut Vec<Route>,
-    pub(super) reorder: &'a mut Vec<lanes::Reorder>,
-    pub(super) lane_events: &'a mut Vec<LaneEvent>,
-    pub(super) rdma_pieces: &'a mut HashMap<u64, rdma::RdmaPiece, IdHash>,
-    pub(super) acks: replay::AckPolicy,
+    pub(super) lane_state: &'a mut replay::LaneState,
     pub(super) panic: Option<Box<dyn std::any::Any + Send>>,
 }
 
@@ -100,11 +96,20 @@ impl Sink<'_> {
 
     #[inline]
     fn dispatch(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
+        if matches!(tag, lanes::TAG_SEQUENCED | TAG_REPLAYED | TAG_LANE_NOTICE) {
+            return self.dispatch_lanes(peer, tag, header, payload);
+        }
+        self.dispatch_now(peer, tag, header, payload);
+    }
+
+    /// A message of a route of several lanes: kept out of line, so that
+    /// the path of a route of one module stays short.
+    #[inline(never)]
+    fn dispatch_lanes(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
         match tag {
-            lanes::TAG_SEQUENCED => self.sequenced(peer, header, payload, false),
             TAG_REPLAYED => self.sequenced(peer, header, payload, true),
             TAG_LANE_NOTICE => self.lane_notice(peer, header),
-            _ => self.dispatch_now(peer, tag, header, payload),
+            _ => self.sequenced(peer, header, payload, false),
         }
     }
 
@@ -127,7 +132,7 @@ impl Sink<'_> {
                 next,
                 component,
                 index,
-            }) => self.lane_events.push(LaneEvent::PeerLost {
+            }) => self.lane_state.events.push(LaneEvent::PeerLost {
                 peer,
                 next,
                 component: component.to_owned(),
@@ -182,18 +187,35 @@ impl Sink<'_> {
     }
 
     pub(super) fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
-        lanes::forget(self.reorder, peer);
+        lanes::forget(&mut self.lane_state.reorder, peer);
         if mark_failed(self.routes, self.failure_epoch, peer, failure.clone()) {
             self.failures.push((peer, failure));
         }
     }
 
-    fn complete(&mut self, cookie: u64, mut status: Result<(), PluginError>) {
+    fn complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
         let Some((id, module)) = self.cookies.remove(&cookie) else {
             return;
         };
-        if !self.rdma_pieces.is_empty() {
-            if let Some(piece) = self.rdma_pieces.remove(&cookie) {
+        if status.is_ok() && self.lane_state.rdma_pieces.is_empty() {
+            return complete_part(self.outstanding, self.completions, id, Ok(()));
+        }
+        self.complete_on_lanes(cookie, id, module, status);
+    }
+
+    /// [`complete`](Self::complete) of a failed operation, or with pieces
+    /// of striped RDMA in flight: a piece whose lane was lost goes again
+    /// on another, and a send whose copy goes again does not fail.
+    #[inline(never)]
+    fn complete_on_lanes(
+        &mut self,
+        cookie: u64,
+        id: SendId,
+        module: usize,
+        mut status: Result<(), PluginError>,
+    ) {
+        if !self.lane_state.rdma_pieces.is_empty() {
+            if let Some(piece) = self.lane_state.rdma_pieces.remove(&cookie) {
                 if let Err(e) = &status {
                     let peer = piece.peer;
                     let live = self
@@ -202,7 +224,7 @@ impl Sink<'_> {
                         .is_some_and(|r| r.failed.is_none());
                     if live && replay::lane_refused(e.kind) {
                         let error = SendError::Module(e.clone());
-                        self.lane_events.push(LaneEvent::RetryPiece {
+                        self.lane_state.events.push(LaneEvent::RetryPiece {
                             piece,
                             lost: module,
                             error,
@@ -251,7 +273,7 @@ impl BtlEventSink for Sink<'_> {
             return;
         }
         if replay::loses_lane(error.kind) && !self.last_lane_closed(peer) {
-            self.lane_events.push(LaneEvent::Lost {
+            self.lane_state.events.push(LaneEvent::Lost {
                 peer,
                 module: self.module,
                 error,
@@ -274,9 +296,7 @@ pub(super) struct SinkParts {
     pub(super) routes: Vec<Route>,
     pub(super) replies: Replies,
     pub(super) epoch: u64,
-    pub(super) reorder: Vec<lanes::Reorder>,
-    pub(super) lane_events: Vec<LaneEvent>,
-    pub(super) rdma_pieces: HashMap<u64, rdma::RdmaPiece, IdHash>,
+    pub(super) lane_state: replay::LaneState,
 }
 
 #[cfg(test)]
@@ -295,9 +315,7 @@ impl SinkParts {
             routes: (0..peers).map(|_| Route::default()).collect(),
             replies: Replies::default(),
             epoch: 0,
-            reorder: (0..peers).map(|_| lanes::Reorder::default()).collect(),
-            lane_events: Vec::new(),
-            rdma_pieces: HashMap::default(),
+            lane_state: replay::LaneState::new(peers, 1 << 20),
         }
     }
 
@@ -314,10 +332,7 @@ impl SinkParts {
             completions: &mut self.completions,
             failures: &mut self.failures,
             routes: &mut self.routes,
-            reorder: &mut self.reorder,
-            lane_events: &mut self.lane_events,
-            rdma_pieces: &mut self.rdma_pieces,
-            acks: replay::AckPolicy::for_limit(1 << 20),
+            lane_state: &mut self.lane_state,
             panic: None,
         }
     }
