@@ -1,6 +1,7 @@
-//! Losing one lane of several: the sender keeps a copy of every sequenced
-//! message until the receiver says it was delivered, and sends the copies
-//! again on the lanes left when one is lost.
+//! Losing one lane of several: with `bml_replay_size` above 0, the sender
+//! keeps a copy of every sequenced message until the receiver says it was
+//! delivered, and sends the copies again on the lanes left when one is
+//! lost; at 0, the default, the loss fails the peer.
 //!
 //! - Every sequenced message carries the number its sender waits for
 //!   from its receiver, so traffic both ways acknowledges itself. A
@@ -9,8 +10,9 @@
 //!   [`LaneNotice::Delivered`]. The sender drops the copies before that
 //!   number.
 //! - A lane is lost when its module is closed after an error, or when the
-//!   module reports the connection to this peer broken or closed while
-//!   other lanes to it are open. The side that notices stops using the
+//!   module reports the connection to this peer reset or timed out while
+//!   other lanes to it are open (see [`loses_lane`]; a peer's orderly
+//!   close loses nothing). The side that notices stops using the
 //!   lane, sends again what it keeps (under [`TAG_REPLAYED`]), and tells
 //!   the other side with [`LaneNotice::LaneLost`], naming the lane and the
 //!   number it waits for, so that the other side does the same: a closed
@@ -74,6 +76,7 @@ impl AckPolicy {
         }
     }
 }
+
 /// Cache line size, for the copies' alignment.
 const LINE: usize = 64;
 /// Buffers of dropped copies kept for the next ones, at most this many
