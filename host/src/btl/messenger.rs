@@ -556,7 +556,7 @@ impl Messenger {
         let route = self
             .routes
             .get(peer as usize)
-            .ok_or(SendError::NoSuchPeer(peer))?;
+            .ok_or_else(|| SendError::NoSuchPeer(peer))?;
         match &route.failed {
             Some(failure) => Err(SendError::PeerFailed {
                 peer,
@@ -572,7 +572,7 @@ impl Messenger {
             .modules
             .first()
             .copied()
-            .ok_or(SendError::Unreachable(peer))
+            .ok_or_else(|| SendError::Unreachable(peer))
     }
 
     /// Marks the route to `peer` failed (once).
@@ -740,7 +740,10 @@ impl Messenger {
     /// answered as unreachable.
     fn slot_mut(&mut self, i: usize) -> Result<&mut ModuleSlot, SendError> {
         let rank = self.rank;
-        let slot = self.slots.get_mut(i).ok_or(SendError::Unreachable(rank))?;
+        let slot = self
+            .slots
+            .get_mut(i)
+            .ok_or_else(|| SendError::Unreachable(rank))?;
         match &slot.closed {
             Some(error) => Err(SendError::Closed {
                 component: slot.component.clone(),

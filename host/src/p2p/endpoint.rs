@@ -238,10 +238,12 @@ impl P2p {
         if comm.is_freed() {
             return Err(P2pError::FreedCommunicator);
         }
-        comm.group().lookup(rank).ok_or(P2pError::NoSuchRank {
-            rank,
-            size: comm.size(),
-        })
+        comm.group()
+            .lookup(rank)
+            .ok_or_else(|| P2pError::NoSuchRank {
+                rank,
+                size: comm.size(),
+            })
     }
 
     /// Starts a send of `len` bytes at `ptr` on `context` of `comm`.

@@ -173,7 +173,10 @@ impl Messenger {
     ) -> Result<SendTicket, SendError> {
         let route = self.live_route(peer)?;
         if !route.sequenced {
-            let i = *route.modules.first().ok_or(SendError::Unreachable(peer))?;
+            let i = *route
+                .modules
+                .first()
+                .ok_or_else(|| SendError::Unreachable(peer))?;
             return self.send_routed(i, peer, tag, header, payload, class);
         }
         self.send_on_lanes(peer, tag, header, payload, class)
