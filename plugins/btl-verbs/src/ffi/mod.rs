@@ -23,6 +23,20 @@ pub(crate) fn rc_error(rc: c_int) -> io::Error {
     }
 }
 
+/// The outcome of a verbs call that returns 0 on success.
+fn rc_result(rc: c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(rc_error(rc))
+    }
+}
+
+/// A data-path call the provider's ops table leaves empty.
+fn no_op() -> io::Error {
+    io::Error::from_raw_os_error(libc::EOPNOTSUPP)
+}
+
 /// `ibv_poll_cq`: up to `wc.len()` completions of `cq` into `wc`; how
 /// many were written.
 ///
@@ -35,7 +49,7 @@ pub(crate) unsafe fn poll_cq(cq: *mut ibv_cq, wc: &mut [ibv_wc]) -> io::Result<u
     // SAFETY: the caller guarantees `cq` and its context are live.
     let poll = unsafe { (*(*cq).context).ops.poll_cq };
     let Some(poll) = poll else {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        return Err(no_op());
     };
     // SAFETY: `wc` has room for `n` entries; `cq` is live.
     let rc = unsafe { poll(cq, n, wc.as_mut_ptr()) };
@@ -55,15 +69,10 @@ pub(crate) unsafe fn post_send(qp: *mut ibv_qp, wr: &mut ibv_send_wr) -> io::Res
     // SAFETY: the caller guarantees `qp` and its context are live.
     let post = unsafe { (*(*qp).context).ops.post_send };
     let Some(post) = post else {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        return Err(no_op());
     };
     // SAFETY: the caller's contract covers `wr` and its lists.
-    let rc = unsafe { post(qp, wr, &mut bad) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(rc_error(rc))
-    }
+    rc_result(unsafe { post(qp, wr, &mut bad) })
 }
 
 /// `ibv_post_recv`: posts receive requests on a queue pair without a
@@ -78,15 +87,10 @@ pub(crate) unsafe fn post_recv(qp: *mut ibv_qp, wr: &mut ibv_recv_wr) -> io::Res
     // SAFETY: the caller guarantees `qp` and its context are live.
     let post = unsafe { (*(*qp).context).ops.post_recv };
     let Some(post) = post else {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        return Err(no_op());
     };
     // SAFETY: the caller's contract covers `wr` and its lists.
-    let rc = unsafe { post(qp, wr, &mut bad) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(rc_error(rc))
-    }
+    rc_result(unsafe { post(qp, wr, &mut bad) })
 }
 
 /// `ibv_post_srq_recv`: posts receive requests on a shared receive queue.
@@ -99,13 +103,8 @@ pub(crate) unsafe fn post_srq_recv(srq: *mut ibv_srq, wr: &mut ibv_recv_wr) -> i
     // SAFETY: the caller guarantees `srq` and its context are live.
     let post = unsafe { (*(*srq).context).ops.post_srq_recv };
     let Some(post) = post else {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        return Err(no_op());
     };
     // SAFETY: the caller's contract covers `wr` and its lists.
-    let rc = unsafe { post(srq, wr, &mut bad) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(rc_error(rc))
-    }
+    rc_result(unsafe { post(srq, wr, &mut bad) })
 }
