@@ -133,7 +133,9 @@ impl ReplayStore {
     ) {
         let len = header.len() + payload.len();
         self.limit = limit;
-        if self.bytes + len > limit {
+        // With no copies kept (limit 0), an empty message is not kept
+        // either: nothing would ever acknowledge it.
+        if limit == 0 || self.bytes + len > limit {
             self.unkept = Some(seq);
             return;
         }
@@ -645,6 +647,14 @@ mod tests {
         assert!(!before(3, 2));
         assert!(before(u32::MAX, 0));
         assert!(!before(0, u32::MAX));
+    }
+
+    #[test]
+    fn with_no_copies_kept_not_even_an_empty_message_is_kept() {
+        let mut s = ReplayStore::default();
+        s.keep(0, 0, 7, b"", b"", Some(SendId(1)));
+        assert!(!s.holds(SendId(1)));
+        assert!(s.kept.is_empty() && !s.covers(0));
     }
 
     #[test]
