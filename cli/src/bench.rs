@@ -639,6 +639,8 @@ fn drain_sends(m: &mut Messenger) -> Result<(), String> {
     Ok(())
 }
 
+// Not inlined, so that a profiler can count the ping-pong on its own.
+#[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn pingpong(
     m: &mut P2p,

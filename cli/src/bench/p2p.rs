@@ -103,6 +103,9 @@ pub(super) fn run(
 
 /// Blocking ping-pong of `data.len()` bytes; returns the time of the
 /// `iters` timed round trips.
+// Not inlined, so that a profiler can count the ping-pong on its own
+// (`valgrind --tool=callgrind --toggle-collect=...::p2p::pingpong`).
+#[inline(never)]
 fn pingpong(
     p2p: &mut P2p,
     world: &Communicator,

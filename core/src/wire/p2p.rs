@@ -182,6 +182,29 @@ impl Eager {
     /// Bytes of the encoded header.
     pub const LEN: usize = 24;
 
+    /// Reads the fixed-size header whose kind byte was checked: every
+    /// eager message of a stream passes here, so the fields are read at
+    /// their constant offsets rather than through a cursor.
+    fn read(b: &[u8; Self::LEN]) -> Result<Self, Malformed> {
+        let flags = b[1];
+        if flags & !eager_flags::ALL != 0 {
+            return Err(Malformed::UnknownFlags(flags));
+        }
+        let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        if b[2] != 0 || b[3] != 0 || word(20) != 0 {
+            return Err(Malformed::ReservedNotZero(Kind::Eager));
+        }
+        Ok(Eager {
+            envelope: Envelope {
+                context: word(4),
+                source: word(8),
+                tag: word(12) as i32,
+                seq: word(16),
+            },
+            flags,
+        })
+    }
+
     /// The header bytes.
     pub fn encode(&self) -> [u8; Self::LEN] {
         fixed(|w| {
@@ -469,16 +492,12 @@ impl<'a> Message<'a> {
         let zero = Malformed::ReservedNotZero(kind);
         match kind {
             Kind::Eager => {
-                let mut f = exact(bytes, kind, Eager::LEN)?;
-                f.u8()?;
-                let flags = f.u8()?;
-                if flags & !eager_flags::ALL != 0 {
-                    return Err(Malformed::UnknownFlags(flags));
-                }
-                f.reserved::<2>(zero)?;
-                let envelope = Envelope::read(&mut f)?;
-                f.reserved::<4>(zero)?;
-                Ok(Self::Eager(Eager { envelope, flags }))
+                let b: &[u8; Eager::LEN] = bytes.try_into().map_err(|_| Malformed::BadLength {
+                    kind,
+                    have: bytes.len(),
+                    want: Eager::LEN,
+                })?;
+                Eager::read(b).map(Self::Eager)
             }
             Kind::Rts => {
                 let key_len = key_len(bytes, kind, Rts::BASE_LEN)?;

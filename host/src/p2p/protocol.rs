@@ -178,7 +178,6 @@ pub(crate) enum Action {
 /// The state the handler and the endpoint share.
 pub(crate) struct Protocol {
     pub(crate) engine: MatchEngine<ReqId, Arrived>,
-    events: Vec<Event<ReqId, Arrived>>,
     pub(crate) reqs: ReqTable,
     pub(crate) actions: VecDeque<Action>,
     /// Eager messages each peer may still send this process before
@@ -198,7 +197,6 @@ impl Protocol {
     pub(crate) fn new(size: u32, credits: u32) -> Self {
         Protocol {
             engine: MatchEngine::new(),
-            events: Vec::new(),
             reqs: ReqTable::default(),
             actions: VecDeque::new(),
             send_credits: vec![credits; size as usize],
@@ -219,13 +217,16 @@ impl Protocol {
 
     /// Completes `id` with `result`; a detached request is forgotten.
     pub(crate) fn complete(&mut self, id: ReqId, result: Result<Status, P2pError>) {
-        let Some(req) = self.reqs.get_mut(&id) else {
-            return;
-        };
-        if req.detached {
-            self.reqs.remove(&id);
-        } else if req.done.is_none() {
-            req.done = Some(result.map_err(Box::new));
+        self.completer().complete(id, result);
+    }
+
+    /// The requests' side of the protocol, borrowed apart from the engine.
+    fn completer(&mut self) -> Completer<'_> {
+        Completer {
+            reqs: &mut self.reqs,
+            actions: &mut self.actions,
+            owed: &mut self.owed,
+            credit_batch: self.credit_batch,
         }
     }
 
@@ -303,14 +304,28 @@ impl Protocol {
             source: env.source,
             tag: env.tag,
         };
-        let mut events = std::mem::take(&mut self.events);
+        // The engine hands each match straight to the requests' side.
+        let Protocol {
+            engine,
+            reqs,
+            actions,
+            owed,
+            credit_batch,
+            ..
+        } = self;
+        let mut completer = Completer {
+            reqs,
+            actions,
+            owed,
+            credit_batch: *credit_batch,
+        };
         let result =
-            self.engine.arrive_with(
+            engine.arrive_with(
                 envelope,
                 env.seq,
                 arrived,
                 bytes,
-                &mut events,
+                &mut completer,
                 |m| match m {
                     Arrived::Inline { peer, ptr, len } => {
                         // SAFETY: `keep` runs inside this call, while the
@@ -326,19 +341,89 @@ impl Protocol {
             self.violations
                 .push((peer, Violation::Sequence(rejected.error)));
         }
-        for event in events.drain(..) {
+    }
+
+    /// A receive met its message: copy it, or start the rendezvous.
+    pub(crate) fn matched(&mut self, id: ReqId, message: Matched<Arrived>) {
+        self.completer().matched(id, message);
+    }
+
+    /// A fragment of a pipelined message: copy what fits, complete the
+    /// receive with the last byte.
+    fn on_data(&mut self, peer: Rank, id: ReqId, offset: u64, payload: &[u8]) {
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return self.violations.push((peer, Violation::UnknownRequest(id)));
+        };
+        let ReqState::Recv {
+            target,
+            rndv: Some(r),
+            status,
+            sent,
+            ..
+        } = &mut req.state
+        else {
+            return self.violations.push((peer, Violation::UnknownRequest(id)));
+        };
+        let end = offset.checked_add(payload.len() as u64);
+        if r.peer != peer {
+            return self.violations.push((peer, Violation::UnknownRequest(id)));
+        }
+        if end.is_none_or(|e| e > r.length) {
+            return self.violations.push((peer, Violation::DataOutOfRange(id)));
+        }
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        if start < r.take && !target.ptr.is_null() {
+            let n = payload.len().min(r.take - start);
+            // SAFETY: `start + n <= take <= cap`: inside the receive
+            // buffer, which stays alive until the request completes.
+            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), target.ptr.add(start), n) };
+        }
+        r.received += payload.len() as u64;
+        if r.received == r.length {
+            let result = finish_status(*status, *sent);
+            self.complete(id, result);
+        }
+    }
+}
+
+/// The parts of [`Protocol`] that a matched receive touches: its request,
+/// the actions it leaves, the credits it owes. Borrowed apart from the
+/// engine, so that the engine hands its matches straight here.
+struct Completer<'a> {
+    reqs: &'a mut ReqTable,
+    actions: &'a mut VecDeque<Action>,
+    owed: &'a mut [u32],
+    credit_batch: u32,
+}
+
+impl Extend<Event<ReqId, Arrived>> for Completer<'_> {
+    fn extend<I: IntoIterator<Item = Event<ReqId, Arrived>>>(&mut self, events: I) {
+        for event in events {
             if let Event::Matched { req, message, .. } = event {
                 self.matched(req, message);
             }
         }
-        self.events = events;
+    }
+}
+
+impl Completer<'_> {
+    /// Completes `id` with `result`; a detached request is forgotten.
+    fn complete(&mut self, id: ReqId, result: Result<Status, P2pError>) {
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        if req.detached {
+            self.reqs.remove(&id);
+        } else if req.done.is_none() {
+            req.done = Some(result.map_err(Box::new));
+        }
     }
 
     /// A receive met its message: copy it, or start the rendezvous.
     ///
     /// An [`Arrived::Inline`] message is only ever matched inside the
     /// handler call that received it, so its bytes are still valid here.
-    pub(crate) fn matched(&mut self, id: ReqId, message: Matched<Arrived>) {
+    fn matched(&mut self, id: ReqId, message: Matched<Arrived>) {
         let env = message.envelope;
         match message.msg {
             Arrived::Eager { peer, data } => return self.deliver_eager(id, env, peer, &data),
@@ -451,43 +536,6 @@ impl Protocol {
         };
         self.complete(id, result);
         self.owe_credit(peer);
-    }
-
-    /// A fragment of a pipelined message: copy what fits, complete the
-    /// receive with the last byte.
-    fn on_data(&mut self, peer: Rank, id: ReqId, offset: u64, payload: &[u8]) {
-        let Some(req) = self.reqs.get_mut(&id) else {
-            return self.violations.push((peer, Violation::UnknownRequest(id)));
-        };
-        let ReqState::Recv {
-            target,
-            rndv: Some(r),
-            status,
-            sent,
-            ..
-        } = &mut req.state
-        else {
-            return self.violations.push((peer, Violation::UnknownRequest(id)));
-        };
-        let end = offset.checked_add(payload.len() as u64);
-        if r.peer != peer {
-            return self.violations.push((peer, Violation::UnknownRequest(id)));
-        }
-        if end.is_none_or(|e| e > r.length) {
-            return self.violations.push((peer, Violation::DataOutOfRange(id)));
-        }
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        if start < r.take && !target.ptr.is_null() {
-            let n = payload.len().min(r.take - start);
-            // SAFETY: `start + n <= take <= cap`: inside the receive
-            // buffer, which stays alive until the request completes.
-            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), target.ptr.add(start), n) };
-        }
-        r.received += payload.len() as u64;
-        if r.received == r.length {
-            let result = finish_status(*status, *sent);
-            self.complete(id, result);
-        }
     }
 
     /// Counts one consumed eager message of `peer`, crediting a batch
