@@ -12,6 +12,12 @@
 //! - `exact/reordered`: posted first, each sender's messages arriving in
 //!   swapped pairs (every other one is held, then released).
 //!
+//! The `one` group measures the path of a ping-pong instead: one source
+//! and one tag on one context, one operation outstanding at a time;
+//! `one/posted-first` posts an exact receive then hands it its message,
+//! `one/unexpected-first` hands a message over then posts its receive.
+//! The figure is again operations per second.
+//!
 //! Run: `cargo bench -p fireopal-core --bench matching -- --measurement-time 3`
 
 use std::hint::black_box;
@@ -138,5 +144,48 @@ fn matching(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matching);
+/// Pairs of operations per iteration of the `one` cases.
+const ONE: u32 = 1000;
+
+fn one_at_a_time(c: &mut Criterion) {
+    let mut g = c.benchmark_group("one");
+    g.throughput(Throughput::Elements(2 * u64::from(ONE)));
+    let env = Envelope {
+        context: CTX,
+        source: 1,
+        tag: 7,
+    };
+    let spec = env.exact_spec();
+    let mut b = Bench::new();
+    g.bench_function("posted-first", |bench| {
+        bench.iter(|| {
+            for i in 0..ONE {
+                black_box(b.engine.post(spec, i));
+                let seq = &mut b.next[1];
+                b.events.clear();
+                let r = b.engine.arrive(env, *seq, i, 8, &mut b.events);
+                *seq = seq.wrapping_add(1);
+                black_box(r.is_ok());
+            }
+            assert_eq!(b.engine.posted(), 0);
+        })
+    });
+    let mut b = Bench::new();
+    g.bench_function("unexpected-first", |bench| {
+        bench.iter(|| {
+            for i in 0..ONE {
+                let seq = &mut b.next[1];
+                b.events.clear();
+                let r = b.engine.arrive(env, *seq, i, 8, &mut b.events);
+                *seq = seq.wrapping_add(1);
+                black_box(r.is_ok());
+                black_box(b.engine.post(spec, i));
+            }
+            assert_eq!(b.engine.unexpected(), 0);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, matching, one_at_a_time);
 criterion_main!(benches);

@@ -62,6 +62,7 @@ impl List {
     }
 
     /// Appends node `idx` of `slab`, through its link `k`.
+    #[cfg(test)]
     pub(super) fn push_back<T: Node<N>, const N: usize>(
         &mut self,
         slab: &mut Slab<T>,
@@ -95,8 +96,20 @@ impl List {
             debug_assert!(false, "unlinking a free slot");
             return;
         };
-        let Link { prev, next } = *link;
-        *link = Link::UNLINKED;
+        let link = core::mem::replace(link, Link::UNLINKED);
+        self.detach(slab, link, k);
+    }
+
+    /// Takes a node out of this list whose link `k` was `link`: the node
+    /// was in this list and has left `slab` already (its neighbours are
+    /// still there).
+    pub(super) fn detach<T: Node<N>, const N: usize>(
+        &mut self,
+        slab: &mut Slab<T>,
+        link: Link,
+        k: usize,
+    ) {
+        let Link { prev, next } = link;
         if prev == NIL {
             self.head = next;
         } else if let Some(l) = slab.link(prev, k) {
@@ -126,6 +139,31 @@ impl List {
             Some(here)
         })
     }
+}
+
+/// Stores the node `make` builds from its links, appended to `lists[k]`
+/// through its link `k`, and returns its index: one slab access for the
+/// new node, however many lists it joins.
+#[inline]
+pub(super) fn push_new<T: Node<N>, const N: usize>(
+    slab: &mut Slab<T>,
+    mut lists: [&mut List; N],
+    make: impl FnOnce([Link; N]) -> T,
+) -> usize {
+    let links = core::array::from_fn(|k| Link {
+        prev: lists[k].tail,
+        next: NIL,
+    });
+    let idx = slab.insert(make(links));
+    for (k, list) in lists.iter_mut().enumerate() {
+        if list.tail == NIL {
+            list.head = idx;
+        } else if let Some(l) = slab.link(list.tail, k) {
+            l.next = idx;
+        }
+        list.tail = idx;
+    }
+    idx
 }
 
 /// Nodes addressed by index; freed indices are reused.

@@ -5,15 +5,17 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use hashbrown::HashMap;
+use hashbrown::hash_map::Entry;
 
+use super::bins::Bin;
 use super::error::{ArrivalError, ConfigError, Rejected, RetireError, StreamError};
 use super::events::{Arrival, Counts, Event, MatchConfig, Message, PostId, Posted, SourceFailure};
-use super::list::{Link, Slab};
+use super::list::{push_new, Slab};
 use super::state::{
-    deliver, first_unexpected, remove_msg, remove_unexpected, unlink_post, Context, Held, PostNode,
-    Store, Tally, HALF,
+    deliver, detach_post, first_unexpected, remove_listed, remove_msg, remove_unexpected, Context,
+    Held, PostNode, Store, Stream, Tally, HALF,
 };
+use super::table::Table;
 use super::{ContextId, Envelope, RecvSpec, Source, Tag};
 
 /// The matching engine of one process; see the [module
@@ -21,7 +23,7 @@ use super::{ContextId, Envelope, RecvSpec, Source, Tag};
 /// message handle; the engine moves them and never looks inside.
 pub struct MatchEngine<R, M> {
     config: MatchConfig,
-    contexts: HashMap<ContextId, Context<M>>,
+    contexts: Table<Context<M>>,
     store: Store<R, M>,
     next_stamp: u64,
 }
@@ -47,7 +49,7 @@ impl<R, M> MatchEngine<R, M> {
     pub fn new() -> Self {
         MatchEngine {
             config: MatchConfig::default(),
-            contexts: HashMap::new(),
+            contexts: Table::default(),
             store: Store {
                 posts: Slab::default(),
                 msgs: Slab::default(),
@@ -78,38 +80,74 @@ impl<R, M> MatchEngine<R, M> {
     pub fn post(&mut self, spec: RecvSpec, req: R) -> Posted<R, M> {
         let stamp = self.next_stamp;
         self.next_stamp += 1;
-        let ctx = self.contexts.entry(spec.context).or_default();
+        let ctx = self
+            .contexts
+            .get_or_insert_with(spec.context, || Context::new(spec.context));
+        let store = &mut self.store;
         // A failed source's messages that arrived before the failure are
         // still taken (see `fail_source_keeping_arrived`).
-        if let Some(idx) = first_unexpected(ctx, spec) {
-            if let Some(message) = remove_unexpected(ctx, &mut self.store, idx) {
-                return Posted::Matched { req, message };
+        let list = match (spec.source, spec.tag) {
+            (Source::Rank(s), Tag::Tag(t)) => {
+                let failed = ctx.source_failed(s);
+                // One lookup of the exact bin, to take from it or queue in it.
+                let bin = match ctx.exact.map.entry((s, t)) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(v) => {
+                        if failed {
+                            return Posted::SourceFailed(req);
+                        }
+                        ctx.exact.empty += 1;
+                        v.insert(Bin::default())
+                    }
+                };
+                if let Some(idx) = bin.unexpected.head() {
+                    if let Some(stream) = ctx.streams.get_mut(s) {
+                        let taken = remove_listed(bin, &mut ctx.bins, &mut stream.bin, store, idx);
+                        if let Some(message) = taken {
+                            if bin.is_empty() {
+                                ctx.exact.emptied(1);
+                            }
+                            return Posted::Matched { req, message };
+                        }
+                    }
+                }
+                if failed {
+                    return Posted::SourceFailed(req);
+                }
+                if bin.is_empty() {
+                    ctx.exact.empty -= 1;
+                }
+                &mut bin.posted
             }
-        }
-        if let Source::Rank(s) = spec.source {
-            if ctx.streams.get(&s).is_some_and(|st| st.failed) {
-                return Posted::SourceFailed(req);
+            _ => {
+                if let Some(idx) = first_unexpected(ctx, spec) {
+                    if let Some(message) = remove_unexpected(ctx, store, idx) {
+                        return Posted::Matched { req, message };
+                    }
+                }
+                match (spec.source, spec.tag) {
+                    (Source::Any, Tag::Tag(t)) => {
+                        ctx.bins.any_source_posts += 1;
+                        &mut ctx.bins.by_tag.filling(t).posted
+                    }
+                    (Source::Rank(s), _) => {
+                        if ctx.source_failed(s) {
+                            return Posted::SourceFailed(req);
+                        }
+                        let stream = ctx.streams.get_or_insert_with(s, || Stream::new(s));
+                        &mut stream.bin.posted
+                    }
+                    (Source::Any, Tag::Any) => &mut ctx.bins.any.posted,
+                }
             }
-        }
-        let store = &mut self.store;
-        let idx = store.posts.insert(PostNode {
+        };
+        let idx = push_new(&mut store.posts, [list], |link| PostNode {
             spec,
             stamp,
             req,
-            link: [Link::UNLINKED],
+            link,
         });
-        let bins = &mut ctx.bins;
-        let list = match (spec.source, spec.tag) {
-            (Source::Rank(s), Tag::Tag(t)) => &mut bins.exact.entry((s, t)).or_default().posted,
-            (Source::Any, Tag::Tag(t)) => {
-                bins.any_source_posts += 1;
-                &mut bins.by_tag.entry(t).or_default().posted
-            }
-            (Source::Rank(s), Tag::Any) => &mut ctx.streams.entry(s).or_default().bin.posted,
-            (Source::Any, Tag::Any) => &mut bins.any.posted,
-        };
-        list.push_back(&mut store.posts, idx, 0);
-        bins.tally.posted += 1;
+        ctx.bins.tally.posted += 1;
         store.tally.posted += 1;
         Posted::Queued(PostId { idx, stamp })
     }
@@ -165,22 +203,74 @@ impl<R, M> MatchEngine<R, M> {
     {
         let config = self.config;
         let store = &mut self.store;
-        let Context { bins, streams } = self.contexts.entry(envelope.context).or_default();
-        let stream = streams.entry(envelope.source).or_default();
+        let context = envelope.context;
+        let ctx = self
+            .contexts
+            .get_or_insert_with(context, || Context::new(context));
+        let Context {
+            exact,
+            bins,
+            streams,
+            ..
+        } = ctx;
+        let source = envelope.source;
+        let stream = streams.get_or_insert_with(source, || Stream::new(source));
         let expected = stream.expected;
         let ahead = seq.wrapping_sub(expected);
         let refusal = if stream.failed {
-            Some(ArrivalError::SourceFailed)
+            ArrivalError::SourceFailed
         } else if ahead == 0 {
-            None
+            stream.expected = seq.wrapping_add(1);
+            let message = Message {
+                envelope,
+                msg,
+                bytes,
+            };
+            out.extend(Some(deliver(
+                exact,
+                bins,
+                &mut stream.bin,
+                store,
+                message,
+                keep,
+            )));
+            let mut released = 0;
+            while !stream.held.is_empty() {
+                let Some(h) = stream.held.remove(&stream.expected) else {
+                    break;
+                };
+                stream.expected = stream.expected.wrapping_add(1);
+                for t in [&mut store.tally, &mut bins.tally] {
+                    t.held -= 1;
+                    t.held_bytes -= h.bytes as u128;
+                }
+                let message = Message {
+                    envelope: Envelope {
+                        tag: h.tag,
+                        ..envelope
+                    },
+                    msg: h.msg,
+                    bytes: h.bytes,
+                };
+                out.extend(Some(deliver(
+                    exact,
+                    bins,
+                    &mut stream.bin,
+                    store,
+                    message,
+                    |m| m,
+                )));
+                released += 1;
+            }
+            return Ok(Arrival::Delivered { released });
         } else if ahead >= HALF {
-            Some(ArrivalError::Stale { seq, expected })
+            ArrivalError::Stale { seq, expected }
         } else if ahead > config.max_ahead {
-            Some(ArrivalError::TooFarAhead { seq, expected })
+            ArrivalError::TooFarAhead { seq, expected }
         } else if stream.held.contains_key(&seq) {
-            Some(ArrivalError::DuplicateHeld { seq })
+            ArrivalError::DuplicateHeld { seq }
         } else if store.tally.held >= config.max_held {
-            Some(ArrivalError::HeldLimit)
+            ArrivalError::HeldLimit
         } else {
             let tag = envelope.tag;
             stream.held.insert(
@@ -197,64 +287,26 @@ impl<R, M> MatchEngine<R, M> {
             }
             return Ok(Arrival::Held);
         };
-        if let Some(error) = refusal {
-            // Leave no state behind for a stream (or context) that only
-            // ever saw refused messages.
-            if stream.is_pristine() {
-                streams.remove(&envelope.source);
-                if streams.is_empty() && bins.is_empty() {
-                    self.contexts.remove(&envelope.context);
-                }
+        // Leave no state behind for a stream (or context) that only ever
+        // saw refused messages.
+        if stream.is_pristine() {
+            ctx.streams.remove(source);
+            if ctx.streams.is_empty() && ctx.lists_nothing() {
+                self.contexts.remove(context);
             }
-            return Err(Rejected {
-                error,
-                envelope,
-                msg,
-            });
         }
-        stream.expected = seq.wrapping_add(1);
-        out.extend(Some(deliver(
-            bins,
-            &mut stream.bin,
-            store,
+        Err(Rejected {
+            error: refusal,
             envelope,
             msg,
-            bytes,
-            keep,
-        )));
-        let mut released = 0;
-        while !stream.held.is_empty() {
-            let Some(h) = stream.held.remove(&stream.expected) else {
-                break;
-            };
-            stream.expected = stream.expected.wrapping_add(1);
-            for t in [&mut store.tally, &mut bins.tally] {
-                t.held -= 1;
-                t.held_bytes -= h.bytes as u128;
-            }
-            let env = Envelope {
-                tag: h.tag,
-                ..envelope
-            };
-            out.extend(Some(deliver(
-                bins,
-                &mut stream.bin,
-                store,
-                env,
-                h.msg,
-                h.bytes,
-                |m| m,
-            )));
-            released += 1;
-        }
-        Ok(Arrival::Delivered { released })
+        })
     }
 
     /// The unexpected message the next receive posted with `spec` would
     /// match (`MPI_Iprobe`), left in place. Held messages are not seen.
     /// `O(1)` expected.
     pub fn probe(&self, spec: RecvSpec) -> Option<Message<&M>> {
-        let ctx = self.contexts.get(&spec.context)?;
+        let ctx = self.contexts.get(spec.context)?;
         let node = self.store.msgs.get(first_unexpected(ctx, spec)?)?;
         Some(Message {
             envelope: node.env,
@@ -268,7 +320,7 @@ impl<R, M> MatchEngine<R, M> {
     /// other receive can take it). A failed source's messages are gone
     /// already, so this never names one. `O(1)` expected.
     pub fn take(&mut self, spec: RecvSpec) -> Option<Message<M>> {
-        let ctx = self.contexts.get_mut(&spec.context)?;
+        let ctx = self.contexts.get_mut(spec.context)?;
         let idx = first_unexpected(ctx, spec)?;
         remove_unexpected(ctx, &mut self.store, idx)
     }
@@ -281,10 +333,10 @@ impl<R, M> MatchEngine<R, M> {
             Some(node) if node.stamp == id.stamp => node.spec,
             _ => return None,
         };
-        let ctx = self.contexts.get_mut(&spec.context)?;
+        let ctx = self.contexts.get_mut(spec.context)?;
         let store = &mut self.store;
-        unlink_post(ctx, &mut store.posts, id.idx, spec);
         let node = store.posts.remove(id.idx)?;
+        detach_post(ctx, &mut store.posts, &node);
         ctx.bins.tally.posted -= 1;
         store.tally.posted -= 1;
         Some(node.req)
@@ -322,32 +374,42 @@ impl<R, M> MatchEngine<R, M> {
         keep_unexpected: bool,
     ) -> SourceFailure<R, M> {
         let store = &mut self.store;
-        let Context { bins, streams } = self.contexts.entry(context).or_default();
-        let stream = streams.entry(source).or_default();
-        stream.failed = true;
+        let Context {
+            exact,
+            bins,
+            streams,
+            failed_sources,
+            ..
+        } = self
+            .contexts
+            .get_or_insert_with(context, || Context::new(context));
+        let stream = streams.get_or_insert_with(source, || Stream::new(source));
+        if !stream.failed {
+            stream.failed = true;
+            *failed_sources += 1;
+        }
 
-        // Receives: the source's any-tag bin, then its exact bins.
+        // Receives: the source's any-tag bin, then its exact bins, which
+        // are left empty.
         let mut idxs: Vec<usize> = stream.bin.posted.iter(&store.posts, 0).collect();
         for idx in &idxs {
             stream.bin.posted.unlink(&mut store.posts, *idx, 0);
         }
-        let keys: Vec<(u32, i32)> = bins
-            .exact
-            .iter()
-            .filter(|(k, b)| k.0 == source && !b.posted.is_empty())
-            .map(|(k, _)| *k)
-            .collect();
-        for key in keys {
-            if let Some(mut bin) = bins.exact.remove(&key) {
-                for idx in bin.posted.iter(&store.posts, 0).collect::<Vec<_>>() {
-                    bin.posted.unlink(&mut store.posts, idx, 0);
-                    idxs.push(idx);
-                }
-                // A bin with posted receives holds no unexpected message
-                // (it would have matched one), so nothing is lost here.
-                debug_assert!(bin.unexpected.is_empty());
+        let mut emptied = 0;
+        for (_, bin) in exact.map.iter_mut().filter(|(k, _)| k.0 == source) {
+            if bin.posted.is_empty() {
+                continue;
             }
+            // A bin with posted receives holds no unexpected message (it
+            // would have matched one), so it empties here.
+            debug_assert!(bin.unexpected.is_empty());
+            while let Some(idx) = bin.posted.head() {
+                bin.posted.unlink(&mut store.posts, idx, 0);
+                idxs.push(idx);
+            }
+            emptied += 1;
         }
+        exact.emptied(emptied);
         let mut receives: Vec<(PostId, R)> = idxs
             .into_iter()
             .filter_map(|idx| {
@@ -369,7 +431,7 @@ impl<R, M> MatchEngine<R, M> {
         // Unexpected messages, oldest first.
         let mut messages = Vec::new();
         while let Some(idx) = stream.bin.unexpected.head().filter(|_| !keep_unexpected) {
-            match remove_msg(bins, &mut stream.bin, store, idx) {
+            match remove_msg(exact, bins, &mut stream.bin, store, idx) {
                 Some(m) => messages.push(m),
                 None => break,
             }
@@ -401,8 +463,8 @@ impl<R, M> MatchEngine<R, M> {
     /// retired since).
     pub fn source_failed(&self, context: ContextId, source: u32) -> bool {
         self.contexts
-            .get(&context)
-            .and_then(|c| c.streams.get(&source))
+            .get(context)
+            .and_then(|c| c.streams.get(source))
             .is_some_and(|s| s.failed)
     }
 
@@ -414,7 +476,7 @@ impl<R, M> MatchEngine<R, M> {
     /// [`RetireError::Busy`] while the context has queued receives,
     /// unexpected or held messages; nothing changes.
     pub fn retire_context(&mut self, context: ContextId) -> Result<(), RetireError> {
-        let Some(ctx) = self.contexts.get(&context) else {
+        let Some(ctx) = self.contexts.get(context) else {
             return Ok(());
         };
         let t = &ctx.bins.tally;
@@ -426,7 +488,7 @@ impl<R, M> MatchEngine<R, M> {
                 held: t.held,
             });
         }
-        self.contexts.remove(&context);
+        self.contexts.remove(context);
         Ok(())
     }
 
@@ -434,8 +496,8 @@ impl<R, M> MatchEngine<R, M> {
     /// to be matched at once.
     pub fn next_seq(&self, context: ContextId, source: u32) -> u32 {
         self.contexts
-            .get(&context)
-            .and_then(|c| c.streams.get(&source))
+            .get(context)
+            .and_then(|c| c.streams.get(source))
             .map_or(0, |s| s.expected)
     }
 
@@ -455,11 +517,9 @@ impl<R, M> MatchEngine<R, M> {
     ) -> Result<(), StreamError> {
         let stream = self
             .contexts
-            .entry(context)
-            .or_default()
+            .get_or_insert_with(context, || Context::new(context))
             .streams
-            .entry(source)
-            .or_default();
+            .get_or_insert_with(source, || Stream::new(source));
         if stream.failed {
             return Err(StreamError::SourceFailed);
         }
@@ -480,7 +540,7 @@ impl<R, M> MatchEngine<R, M> {
     /// What one context holds (all zero for an unknown one).
     pub fn context_counts(&self, context: ContextId) -> Counts {
         self.contexts
-            .get(&context)
+            .get(context)
             .map_or_else(Counts::default, |c| c.bins.tally.counts())
     }
 
@@ -511,7 +571,7 @@ impl<R, M> MatchEngine<R, M> {
 
     /// The engine's state, for the invariant checks of the unit tests.
     #[cfg(test)]
-    pub(super) fn state(&self) -> (&HashMap<ContextId, Context<M>>, &Store<R, M>) {
+    pub(super) fn state(&self) -> (&Table<Context<M>>, &Store<R, M>) {
         (&self.contexts, &self.store)
     }
 }

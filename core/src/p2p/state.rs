@@ -1,14 +1,15 @@
 //! The state behind the matching engine: receive and message nodes, the
-//! bins they are listed in, the per-stream sequence numbers, and the
+//! per-stream sequence numbers, contexts and the bins they group, and the
 //! operations that move nodes between bins (matching an arrival, removing
-//! an unexpected message, unlinking a receive).
+//! an unexpected message, taking a receive out).
 
-use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
+use super::bins::{Bin, BinMap};
 use super::events::{Counts, Event, Message, PostId};
-use super::list::{Link, List, Node, Slab};
-use super::{Envelope, RecvSpec, Source, Tag};
+use super::list::{push_new, Link, Node, Slab};
+use super::table::{Keyed, Table};
+use super::{ContextId, Envelope, RecvSpec, Source, Tag};
 
 /// The link of an unexpected message in its exact (source, tag) list.
 pub(super) const BY_EXACT: usize = 0;
@@ -82,20 +83,6 @@ impl<M> Node<4> for MsgNode<M> {
     }
 }
 
-/// The receives of one specification shape and key, and the unexpected
-/// messages such receives would match.
-#[derive(Debug, Default)]
-pub(super) struct Bin {
-    pub(super) posted: List,
-    pub(super) unexpected: List,
-}
-
-impl Bin {
-    pub(super) fn is_empty(&self) -> bool {
-        self.posted.is_empty() && self.unexpected.is_empty()
-    }
-}
-
 /// A message held until its predecessors arrive.
 #[derive(Debug)]
 pub(super) struct Held<M> {
@@ -107,6 +94,8 @@ pub(super) struct Held<M> {
 /// One (source, context) stream.
 #[derive(Debug)]
 pub(super) struct Stream<M> {
+    /// The sender's rank.
+    pub(super) source: u32,
     /// The sequence number matched next.
     pub(super) expected: u32,
     /// Failed with `fail_source`.
@@ -125,9 +114,10 @@ impl<M> Stream<M> {
     }
 }
 
-impl<M> Default for Stream<M> {
-    fn default() -> Self {
+impl<M> Stream<M> {
+    pub(super) fn new(source: u32) -> Self {
         Stream {
+            source,
             expected: 0,
             failed: false,
             bin: Bin::default(),
@@ -136,14 +126,20 @@ impl<M> Default for Stream<M> {
     }
 }
 
-/// The bins of a context other than its streams' (kept apart so that a
-/// stream and the bins can be borrowed together).
+impl<M> Keyed for Stream<M> {
+    type Key = u32;
+    fn key(&self) -> u32 {
+        self.source
+    }
+}
+
+/// The bins of a context other than its exact bins and its streams' (kept
+/// apart so that an exact bin, a stream and these can be borrowed
+/// together).
 #[derive(Debug, Default)]
 pub(super) struct Bins {
-    /// Exact (source, tag) receives and messages.
-    pub(super) exact: HashMap<(u32, i32), Bin>,
     /// Any-source receives of a tag; every unexpected message of the tag.
-    pub(super) by_tag: HashMap<i32, Bin>,
+    pub(super) by_tag: BinMap<i32>,
     /// Any-source any-tag receives; every unexpected message.
     pub(super) any: Bin,
     /// Receives queued in `by_tag` (none: an arrival skips that lookup).
@@ -151,26 +147,44 @@ pub(super) struct Bins {
     pub(super) tally: Tally,
 }
 
-impl Bins {
-    /// Whether no receive or message is listed.
-    pub(super) fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.by_tag.is_empty() && self.any.is_empty()
-    }
-}
-
 /// One context.
 #[derive(Debug)]
 pub(super) struct Context<M> {
+    pub(super) id: ContextId,
+    /// Exact (source, tag) receives and messages.
+    pub(super) exact: BinMap<(u32, i32)>,
     pub(super) bins: Bins,
-    pub(super) streams: HashMap<u32, Stream<M>>,
+    pub(super) streams: Table<Stream<M>>,
+    /// Streams with `failed` set (none: a receive skips that lookup).
+    pub(super) failed_sources: usize,
 }
 
-impl<M> Default for Context<M> {
-    fn default() -> Self {
+impl<M> Context<M> {
+    pub(super) fn new(id: ContextId) -> Self {
         Context {
+            id,
+            exact: BinMap::default(),
             bins: Bins::default(),
-            streams: HashMap::new(),
+            streams: Table::default(),
+            failed_sources: 0,
         }
+    }
+
+    /// Whether no receive or message is listed.
+    pub(super) fn lists_nothing(&self) -> bool {
+        self.exact.is_empty() && self.bins.by_tag.is_empty() && self.bins.any.is_empty()
+    }
+
+    /// Whether receives naming `source` can no longer be queued.
+    pub(super) fn source_failed(&self, source: u32) -> bool {
+        self.failed_sources != 0 && self.streams.get(source).is_some_and(|s| s.failed)
+    }
+}
+
+impl<M> Keyed for Context<M> {
+    type Key = ContextId;
+    fn key(&self) -> ContextId {
+        self.id
     }
 }
 
@@ -184,9 +198,9 @@ pub(super) struct Store<R, M> {
 /// The earliest-arrived unexpected message of `ctx` that `spec` matches.
 pub(super) fn first_unexpected<M>(ctx: &Context<M>, spec: RecvSpec) -> Option<usize> {
     match (spec.source, spec.tag) {
-        (Source::Rank(s), Tag::Tag(t)) => ctx.bins.exact.get(&(s, t))?.unexpected.head(),
+        (Source::Rank(s), Tag::Tag(t)) => ctx.exact.get(&(s, t))?.unexpected.head(),
         (Source::Any, Tag::Tag(t)) => ctx.bins.by_tag.get(&t)?.unexpected.head(),
-        (Source::Rank(s), Tag::Any) => ctx.streams.get(&s)?.bin.unexpected.head(),
+        (Source::Rank(s), Tag::Any) => ctx.streams.get(s)?.bin.unexpected.head(),
         (Source::Any, Tag::Any) => ctx.bins.any.unexpected.head(),
     }
 }
@@ -198,35 +212,46 @@ pub(super) fn remove_unexpected<R, M>(
     idx: usize,
 ) -> Option<Message<M>> {
     let source = store.msgs.get(idx)?.env.source;
-    let stream = ctx.streams.get_mut(&source)?;
-    remove_msg(&mut ctx.bins, &mut stream.bin, store, idx)
+    let stream = ctx.streams.get_mut(source)?;
+    remove_msg(&mut ctx.exact, &mut ctx.bins, &mut stream.bin, store, idx)
 }
 
 /// Removes unexpected message `idx` from its four lists and the slab;
 /// `source_bin` is its source's.
 pub(super) fn remove_msg<R, M>(
+    exact: &mut BinMap<(u32, i32)>,
     bins: &mut Bins,
     source_bin: &mut Bin,
     store: &mut Store<R, M>,
     idx: usize,
 ) -> Option<Message<M>> {
     let env = store.msgs.get(idx)?.env;
+    let exact_bin = exact.map.get_mut(&(env.source, env.tag))?;
+    let message = remove_listed(exact_bin, bins, source_bin, store, idx);
+    if exact_bin.is_empty() {
+        exact.emptied(1);
+    }
+    message
+}
+
+/// Removes unexpected message `idx` from its four lists and the slab;
+/// `exact_bin` and `source_bin` are its exact and source bins, and the
+/// caller counts the exact bin if it empties.
+pub(super) fn remove_listed<R, M>(
+    exact_bin: &mut Bin,
+    bins: &mut Bins,
+    source_bin: &mut Bin,
+    store: &mut Store<R, M>,
+    idx: usize,
+) -> Option<Message<M>> {
     let msgs = &mut store.msgs;
-    if let Entry::Occupied(mut e) = bins.exact.entry((env.source, env.tag)) {
-        e.get_mut().unexpected.unlink(msgs, idx, BY_EXACT);
-        if e.get().is_empty() {
-            e.remove();
-        }
-    }
-    if let Entry::Occupied(mut e) = bins.by_tag.entry(env.tag) {
-        e.get_mut().unexpected.unlink(msgs, idx, BY_TAG);
-        if e.get().is_empty() {
-            e.remove();
-        }
-    }
-    source_bin.unexpected.unlink(msgs, idx, BY_SOURCE);
-    bins.any.unexpected.unlink(msgs, idx, BY_CONTEXT);
     let node = msgs.remove(idx)?;
+    let [by_exact, by_tag, by_source, by_context] = node.links;
+    exact_bin.unexpected.detach(msgs, by_exact, BY_EXACT);
+    bins.by_tag
+        .take_from(&node.env.tag, |b| b.unexpected.detach(msgs, by_tag, BY_TAG));
+    source_bin.unexpected.detach(msgs, by_source, BY_SOURCE);
+    bins.any.unexpected.detach(msgs, by_context, BY_CONTEXT);
     for t in [&mut store.tally, &mut bins.tally] {
         t.unexpected -= 1;
         t.unexpected_bytes -= node.bytes as u128;
@@ -238,39 +263,33 @@ pub(super) fn remove_msg<R, M>(
     })
 }
 
-/// Takes queued receive `idx` (of specification `spec`) out of its bin,
-/// dropping the bin if it empties. The node stays in the slab.
-pub(super) fn unlink_post<R, M>(
+/// Takes a queued receive, already removed from the slab, out of its bin.
+pub(super) fn detach_post<R, M>(
     ctx: &mut Context<M>,
     posts: &mut Slab<PostNode<R>>,
-    idx: usize,
-    spec: RecvSpec,
+    node: &PostNode<R>,
 ) {
     let bins = &mut ctx.bins;
-    match (spec.source, spec.tag) {
+    let [link] = node.link;
+    match (node.spec.source, node.spec.tag) {
         (Source::Rank(s), Tag::Tag(t)) => {
-            if let Entry::Occupied(mut e) = bins.exact.entry((s, t)) {
-                e.get_mut().posted.unlink(posts, idx, 0);
-                if e.get().is_empty() {
-                    e.remove();
-                }
-            }
+            ctx.exact
+                .take_from(&(s, t), |b| b.posted.detach(posts, link, 0));
         }
         (Source::Any, Tag::Tag(t)) => {
-            if let Entry::Occupied(mut e) = bins.by_tag.entry(t) {
-                e.get_mut().posted.unlink(posts, idx, 0);
+            if bins
+                .by_tag
+                .take_from(&t, |b| b.posted.detach(posts, link, 0))
+            {
                 bins.any_source_posts -= 1;
-                if e.get().is_empty() {
-                    e.remove();
-                }
             }
         }
         (Source::Rank(s), Tag::Any) => {
-            if let Some(stream) = ctx.streams.get_mut(&s) {
-                stream.bin.posted.unlink(posts, idx, 0);
+            if let Some(stream) = ctx.streams.get_mut(s) {
+                stream.bin.posted.detach(posts, link, 0);
             }
         }
-        (Source::Any, Tag::Any) => bins.any.posted.unlink(posts, idx, 0),
+        (Source::Any, Tag::Any) => bins.any.posted.detach(posts, link, 0),
     }
 }
 
@@ -285,100 +304,110 @@ enum Which {
 
 /// Matches an in-order message with the earliest-posted receive that
 /// accepts it, or stores it as unexpected. `source_bin` is the bin of the
-/// message's stream.
+/// message's stream. The exact bin is looked up once, for both.
+#[inline]
 pub(super) fn deliver<R, M>(
+    exact: &mut BinMap<(u32, i32)>,
     bins: &mut Bins,
     source_bin: &mut Bin,
     store: &mut Store<R, M>,
-    env: Envelope,
-    msg: M,
-    bytes: usize,
+    message: Message<M>,
     keep: impl FnOnce(M) -> M,
 ) -> Event<R, M> {
+    let Message {
+        envelope: env,
+        msg,
+        bytes,
+    } = message;
     let key = (env.source, env.tag);
-    let posts = &store.posts;
-    let stamp_of = |head: Option<usize>| head.and_then(|i| posts.get(i).map(|n| (n.stamp, i)));
-    let mut best: Option<(u64, usize, Which)> = None;
-    let mut consider = |cand: Option<(u64, usize)>, which| {
-        if let Some((stamp, idx)) = cand {
-            if best.is_none_or(|(b, _, _)| stamp < b) {
-                best = Some((stamp, idx, which));
+    let exact_bin = exact.map.get_mut(&key);
+    let best = {
+        let posts = &store.posts;
+        let stamp_of = |head: Option<usize>| head.and_then(|i| posts.get(i).map(|n| (n.stamp, i)));
+        let mut best: Option<(u64, usize, Which)> = None;
+        let mut consider = |cand: Option<(u64, usize)>, which| {
+            if let Some((stamp, idx)) = cand {
+                if best.is_none_or(|(b, _, _)| stamp < b) {
+                    best = Some((stamp, idx, which));
+                }
             }
-        }
-    };
-    consider(
-        stamp_of(bins.exact.get(&key).and_then(|b| b.posted.head())),
-        Which::Exact,
-    );
-    if bins.any_source_posts != 0 {
+        };
         consider(
-            stamp_of(bins.by_tag.get(&env.tag).and_then(|b| b.posted.head())),
-            Which::ByTag,
+            stamp_of(exact_bin.as_ref().and_then(|b| b.posted.head())),
+            Which::Exact,
         );
-    }
-    consider(stamp_of(source_bin.posted.head()), Which::BySource);
-    consider(stamp_of(bins.any.posted.head()), Which::Any);
+        if bins.any_source_posts != 0 {
+            consider(
+                stamp_of(bins.by_tag.get(&env.tag).and_then(|b| b.posted.head())),
+                Which::ByTag,
+            );
+        }
+        consider(stamp_of(source_bin.posted.head()), Which::BySource);
+        consider(stamp_of(bins.any.posted.head()), Which::Any);
+        best
+    };
 
-    if let Some((_, idx, which)) = best {
-        let posts = &mut store.posts;
+    let posts = &mut store.posts;
+    if let Some((idx, which, node)) = best.and_then(|(_, i, w)| Some((i, w, posts.remove(i)?))) {
+        let [link] = node.link;
         match which {
             Which::Exact => {
-                if let Entry::Occupied(mut e) = bins.exact.entry(key) {
-                    e.get_mut().posted.unlink(posts, idx, 0);
-                    if e.get().is_empty() {
-                        e.remove();
+                if let Some(bin) = exact_bin {
+                    bin.posted.detach(posts, link, 0);
+                    if bin.is_empty() {
+                        exact.emptied(1);
                     }
                 }
             }
             Which::ByTag => {
-                if let Entry::Occupied(mut e) = bins.by_tag.entry(env.tag) {
-                    e.get_mut().posted.unlink(posts, idx, 0);
+                if bins
+                    .by_tag
+                    .take_from(&env.tag, |b| b.posted.detach(posts, link, 0))
+                {
                     bins.any_source_posts -= 1;
-                    if e.get().is_empty() {
-                        e.remove();
-                    }
                 }
             }
-            Which::BySource => source_bin.posted.unlink(posts, idx, 0),
-            Which::Any => bins.any.posted.unlink(posts, idx, 0),
+            Which::BySource => source_bin.posted.detach(posts, link, 0),
+            Which::Any => bins.any.posted.detach(posts, link, 0),
         }
-        if let Some(node) = posts.remove(idx) {
-            bins.tally.posted -= 1;
-            store.tally.posted -= 1;
-            return Event::Matched {
-                post: PostId {
-                    idx,
-                    stamp: node.stamp,
-                },
-                req: node.req,
-                message: Message {
-                    envelope: env,
-                    msg,
-                    bytes,
-                },
-            };
-        }
+        bins.tally.posted -= 1;
+        store.tally.posted -= 1;
+        return Event::Matched {
+            post: PostId {
+                idx,
+                stamp: node.stamp,
+            },
+            req: node.req,
+            message: Message {
+                envelope: env,
+                msg,
+                bytes,
+            },
+        };
     }
 
-    let msgs = &mut store.msgs;
-    let idx = msgs.insert(MsgNode {
+    let exact_bin = match exact_bin {
+        Some(bin) => {
+            if bin.is_empty() {
+                exact.empty -= 1;
+            }
+            bin
+        }
+        None => exact.map.entry(key).or_default(),
+    };
+    // In the order of the link numbers (`BY_EXACT`, ...).
+    let lists = [
+        &mut exact_bin.unexpected,
+        &mut bins.by_tag.filling(env.tag).unexpected,
+        &mut source_bin.unexpected,
+        &mut bins.any.unexpected,
+    ];
+    push_new(&mut store.msgs, lists, |links| MsgNode {
         env,
         bytes,
         msg: keep(msg),
-        links: [Link::UNLINKED; 4],
+        links,
     });
-    bins.exact
-        .entry(key)
-        .or_default()
-        .unexpected
-        .push_back(msgs, idx, BY_EXACT);
-    bins.by_tag
-        .entry(env.tag)
-        .or_default()
-        .unexpected
-        .push_back(msgs, idx, BY_TAG);
-    source_bin.unexpected.push_back(msgs, idx, BY_SOURCE);
-    bins.any.unexpected.push_back(msgs, idx, BY_CONTEXT);
     for t in [&mut store.tally, &mut bins.tally] {
         t.unexpected += 1;
         t.unexpected_bytes += bytes as u128;

@@ -4,9 +4,10 @@
 
 use std::vec::Vec;
 
+use super::bins::{BinMap, MIN_KEPT};
 use super::list::{Link, List, Node, Slab};
 use super::state::{BY_CONTEXT, BY_EXACT, BY_SOURCE, BY_TAG};
-use super::{ContextId, Envelope, MatchEngine, Posted, RecvSpec, Source, Tag};
+use super::{ContextId, Envelope, Event, MatchEngine, Posted, RecvSpec, Source, Tag};
 
 #[derive(Debug)]
 struct N2 {
@@ -61,14 +62,31 @@ fn lists_keep_order_and_unlink_anywhere() {
     assert_eq!(slab.len(), 5);
 }
 
+/// Checks that a bin map counts its empty bins right and keeps no more of
+/// them than its limit.
+fn check_empties<K>(bins: &BinMap<K>)
+where
+    K: Eq + core::hash::Hash,
+{
+    let empty = bins.map.values().filter(|b| b.is_empty()).count();
+    assert_eq!(bins.empty, empty, "empty bins are counted");
+    assert!(
+        empty <= bins.limit(),
+        "empty bins are dropped past the limit"
+    );
+}
+
 /// Checks the bins of every context against the slabs: every list holds
-/// exactly the nodes it should, in order, bins are dropped when empty,
-/// counts add up, and no queued receive matches a stored message.
+/// exactly the nodes it should, in order, empty bins are counted and
+/// bounded, counts add up, and no queued receive matches a stored message.
 fn check<R, M>(engine: &MatchEngine<R, M>) {
     let (contexts, store) = engine.state();
     let (mut posted, mut unexpected, mut held) = (0, 0, 0);
-    for (&cid, ctx) in contexts {
+    for ctx in contexts.iter() {
+        let cid = ctx.id;
         let bins = &ctx.bins;
+        check_empties(&ctx.exact);
+        check_empties(&bins.by_tag);
         let mut ctx_posted = 0;
         let mut by_tag_posted = 0;
         let post_list = |list: &List, want: &dyn Fn(&RecvSpec) -> bool| -> usize {
@@ -94,8 +112,7 @@ fn check<R, M>(engine: &MatchEngine<R, M>) {
             n
         };
         let mut exact_msgs = 0;
-        for (&(s, t), bin) in &bins.exact {
-            assert!(!bin.is_empty(), "empty exact bins are dropped");
+        for (&(s, t), bin) in &ctx.exact.map {
             assert!(bin.posted.is_empty() || bin.unexpected.is_empty());
             ctx_posted += post_list(&bin.posted, &|sp| {
                 sp.source == Source::Rank(s) && sp.tag == Tag::Tag(t)
@@ -103,8 +120,7 @@ fn check<R, M>(engine: &MatchEngine<R, M>) {
             exact_msgs += msg_list(&bin.unexpected, BY_EXACT, &|e| e.source == s && e.tag == t);
         }
         let mut tag_msgs = 0;
-        for (&t, bin) in &bins.by_tag {
-            assert!(!bin.is_empty(), "empty tag bins are dropped");
+        for (&t, bin) in &bins.by_tag.map {
             let n = post_list(&bin.posted, &|sp| {
                 sp.source == Source::Any && sp.tag == Tag::Tag(t)
             });
@@ -115,7 +131,11 @@ fn check<R, M>(engine: &MatchEngine<R, M>) {
         assert_eq!(by_tag_posted, bins.any_source_posts);
         let mut source_msgs = 0;
         let mut ctx_held = 0;
-        for (&s, stream) in &ctx.streams {
+        let mut failed = 0;
+        for stream in ctx.streams.iter() {
+            let s = stream.source;
+            assert_eq!(ctx.streams.get(s).map(|st| st.source), Some(s));
+            failed += usize::from(stream.failed);
             ctx_posted += post_list(&stream.bin.posted, &|sp| {
                 sp.source == Source::Rank(s) && sp.tag == Tag::Any
             });
@@ -129,6 +149,7 @@ fn check<R, M>(engine: &MatchEngine<R, M>) {
                 assert!(stream.bin.is_empty() && stream.held.is_empty());
             }
         }
+        assert_eq!(failed, ctx.failed_sources);
         ctx_posted += post_list(&bins.any.posted, &|sp| {
             sp.source == Source::Any && sp.tag == Tag::Any
         });
@@ -142,7 +163,8 @@ fn check<R, M>(engine: &MatchEngine<R, M>) {
         // Arrival order in the context list is the order of every other
         // list restricted to its key, and no queued receive matches.
         let order: Vec<usize> = bins.any.unexpected.iter(&store.msgs, BY_CONTEXT).collect();
-        for (&s, stream) in &ctx.streams {
+        for stream in ctx.streams.iter() {
+            let s = stream.source;
             let want: Vec<usize> = order
                 .iter()
                 .copied()
@@ -154,9 +176,9 @@ fn check<R, M>(engine: &MatchEngine<R, M>) {
         for &i in &order {
             let env = store.msgs.get(i).map(|n| n.env).expect("stored");
             for sl in [
-                bins.exact.get(&(env.source, env.tag)).map(|b| b.posted),
+                ctx.exact.get(&(env.source, env.tag)).map(|b| b.posted),
                 bins.by_tag.get(&env.tag).map(|b| b.posted),
-                ctx.streams.get(&env.source).map(|s| s.bin.posted),
+                ctx.streams.get(env.source).map(|s| s.bin.posted),
                 Some(bins.any.posted),
             ]
             .into_iter()
@@ -273,9 +295,7 @@ fn bins_stay_consistent_under_random_traffic() {
     check(&engine);
     assert_eq!(engine.counts(), super::Counts::default());
     let (contexts, _) = engine.state();
-    assert!(contexts
-        .values()
-        .all(|c| c.bins.exact.is_empty() && c.bins.by_tag.is_empty()));
+    assert!(contexts.iter().all(|c| c.lists_nothing()));
     for ctx in 0..2 {
         engine.retire_context(ContextId(ctx)).expect("idle context");
     }
@@ -314,4 +334,171 @@ fn fail_source_leaves_consistent_bins() {
     assert_eq!(f.messages.iter().map(|m| m.msg).collect::<Vec<_>>(), [11]);
     check(&engine);
     assert_eq!(engine.posted(), 2);
+}
+
+/// Receives of one source and context, each matched at once by the next
+/// message, for every key in `keys`: `first` posts before the arrival,
+/// else after it.
+fn one_at_a_time(
+    engine: &mut MatchEngine<u32, u32>,
+    source: u32,
+    keys: impl Iterator<Item = i32>,
+    posted_first: bool,
+) {
+    let c = ContextId(0);
+    let mut events = Vec::new();
+    for tag in keys {
+        let env = Envelope {
+            context: c,
+            source,
+            tag,
+        };
+        let seq = engine.next_seq(c, source);
+        if posted_first {
+            assert!(matches!(
+                engine.post(env.exact_spec(), 0),
+                Posted::Queued(_)
+            ));
+        }
+        engine
+            .arrive(env, seq, 0, 8, &mut events)
+            .expect("in order");
+        if !posted_first {
+            assert!(matches!(
+                engine.post(env.exact_spec(), 0),
+                Posted::Matched { .. }
+            ));
+        }
+    }
+    assert!(events
+        .iter()
+        .all(|e| matches!(e, Event::Matched { .. }) != !posted_first));
+}
+
+#[test]
+fn one_shot_tags_leave_a_bounded_number_of_bins() {
+    for posted_first in [true, false] {
+        let mut engine: MatchEngine<u32, u32> = MatchEngine::new();
+        one_at_a_time(&mut engine, 1, 0..10_000, posted_first);
+        check(&engine);
+        let (contexts, _) = engine.state();
+        let ctx = contexts.get(ContextId(0)).expect("context");
+        for (len, cap) in [
+            (ctx.exact.map.len(), ctx.exact.map.capacity()),
+            (ctx.bins.by_tag.map.len(), ctx.bins.by_tag.map.capacity()),
+        ] {
+            assert!(len <= MIN_KEPT + 1, "{len} bins kept");
+            assert!(cap < 4 * MIN_KEPT, "capacity {cap}");
+        }
+        // One tag over and over keeps one bin, never swept.
+        let mut engine: MatchEngine<u32, u32> = MatchEngine::new();
+        one_at_a_time(&mut engine, 1, core::iter::repeat_n(7, 1000), posted_first);
+        let (contexts, _) = engine.state();
+        let ctx = contexts.get(ContextId(0)).expect("context");
+        assert_eq!((ctx.exact.map.len(), ctx.exact.empty), (1, 1));
+    }
+}
+
+#[test]
+fn swept_and_reused_bins_match_in_order() {
+    let c = ContextId(0);
+    let mut engine: MatchEngine<u32, u32> = MatchEngine::new();
+    let mut events = Vec::new();
+    let exact = |source, tag| RecvSpec::new(c, Source::Rank(source), Tag::Tag(tag));
+    // Live bins, two receives each, outlast the sweeps around them.
+    for round in 0..2 {
+        for tag in 0..8 {
+            let req = round * 100 + tag as u32;
+            assert!(matches!(engine.post(exact(2, tag), req), Posted::Queued(_)));
+        }
+    }
+    one_at_a_time(&mut engine, 1, 100..1100, true);
+    one_at_a_time(&mut engine, 1, 2000..3000, false);
+    check(&engine);
+    {
+        let (contexts, _) = engine.state();
+        let ctx = contexts.get(c).expect("context");
+        assert!(ctx.exact.map.len() <= MIN_KEPT + 1 + 8);
+        assert!(ctx.exact.get(&(1, 100)).is_none(), "swept");
+    }
+    for round in 0..2 {
+        for tag in 0..8 {
+            let env = Envelope {
+                context: c,
+                source: 2,
+                tag,
+            };
+            let seq = engine.next_seq(c, 2);
+            engine.arrive(env, seq, 0, 8, &mut events).unwrap();
+            let Some(Event::Matched { req, .. }) = events.pop() else {
+                panic!("no match")
+            };
+            assert_eq!(req, round * 100 + tag as u32);
+        }
+    }
+    check(&engine);
+
+    // A swept key used again: receives keep their posting order across
+    // bins, messages their arrival order.
+    let any_source = RecvSpec::new(c, Source::Any, Tag::Tag(100));
+    for (spec, req) in [(exact(1, 100), 1), (any_source, 2), (exact(1, 100), 3)] {
+        assert!(matches!(engine.post(spec, req), Posted::Queued(_)));
+    }
+    let env = Envelope {
+        context: c,
+        source: 1,
+        tag: 100,
+    };
+    for msg in 10..15 {
+        let seq = engine.next_seq(c, 1);
+        engine.arrive(env, seq, msg, 8, &mut events).unwrap();
+        check(&engine);
+    }
+    let matched: Vec<(u32, u32)> = events
+        .drain(..)
+        .filter_map(|e| match e {
+            Event::Matched { req, message, .. } => Some((req, message.msg)),
+            Event::Stored { .. } => None,
+        })
+        .collect();
+    assert_eq!(matched, [(1, 10), (2, 11), (3, 12)]);
+    for want in [13, 14] {
+        let Posted::Matched { message, .. } = engine.post(exact(1, 100), 0) else {
+            panic!("stored message not taken")
+        };
+        assert_eq!(message.msg, want);
+    }
+    check(&engine);
+    assert_eq!(engine.counts(), super::Counts::default());
+}
+
+#[test]
+fn bins_after_a_burst_stay_within_the_capacity_reached() {
+    let c = ContextId(0);
+    let mut engine: MatchEngine<u32, u32> = MatchEngine::new();
+    let mut events = Vec::new();
+    for tag in 0..5000 {
+        let spec = RecvSpec::new(c, Source::Rank(1), Tag::Tag(tag));
+        assert!(matches!(engine.post(spec, 0), Posted::Queued(_)));
+    }
+    for tag in 0..5000 {
+        let env = Envelope {
+            context: c,
+            source: 1,
+            tag,
+        };
+        engine.arrive(env, tag as u32, 0, 8, &mut events).unwrap();
+    }
+    check(&engine);
+    let capacity = |engine: &MatchEngine<u32, u32>| {
+        let (contexts, _) = engine.state();
+        let ctx = contexts.get(c).expect("context");
+        (ctx.exact.map.capacity(), ctx.exact.map.len())
+    };
+    let (before, _) = capacity(&engine);
+    one_at_a_time(&mut engine, 1, 10_000..30_000, true);
+    check(&engine);
+    let (after, len) = capacity(&engine);
+    assert_eq!(before, after);
+    assert!(len <= MIN_KEPT.max(after / 8) + 1, "{len} bins kept");
 }
