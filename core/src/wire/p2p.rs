@@ -182,6 +182,26 @@ impl Eager {
     /// Bytes of the encoded header.
     pub const LEN: usize = 24;
 
+    /// Parses an eager message's header; `None` when `bytes` is another
+    /// kind of message or malformed ([`Message::decode`] says why). The
+    /// receive path of every eager message starts here.
+    ///
+    /// ```
+    /// use fireopal_core::wire::p2p::{Eager, Envelope};
+    /// let envelope = Envelope { context: 2, source: 1, tag: 7, seq: 0 };
+    /// let eager = Eager { envelope, flags: 0 };
+    /// assert_eq!(Eager::decode(&eager.encode()), Some(eager));
+    /// assert_eq!(Eager::decode(&eager.encode()[..20]), None);
+    /// ```
+    #[inline]
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::LEN] = bytes.try_into().ok()?;
+        if b[0] != Kind::Eager as u8 {
+            return None;
+        }
+        Self::read(b).ok()
+    }
+
     /// Reads the fixed-size header whose kind byte was checked: every
     /// eager message of a stream passes here, so the fields are read at
     /// their constant offsets rather than through a cursor.

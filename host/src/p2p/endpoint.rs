@@ -180,17 +180,7 @@ impl P2p {
         // blocking wait polls this in a loop, and how fast the loop turns
         // is how soon an arrival is seen.
         if self.messenger.has_layer_completions() {
-            for (id, status) in self.messenger.take_layer_completions() {
-                work += 1;
-                match self.layer_ops.remove(&id) {
-                    Some(LayerOp::Get(req)) => self.get_done(req, status.map_err(P2pError::from)),
-                    Some(LayerOp::Put {
-                        req,
-                        receiver_request,
-                    }) => self.tail_put(req, receiver_request, status.map_err(P2pError::from)),
-                    None => {}
-                }
-            }
+            work += self.layer_completions();
         }
         work += self.run_actions();
         if self.messenger.failure_epoch() != self.epoch {
@@ -198,12 +188,36 @@ impl P2p {
             self.notice_failures();
         }
         if !self.proto.borrow().violations.is_empty() {
-            let violations = std::mem::take(&mut self.proto.borrow_mut().violations);
-            for (peer, violation) in violations {
-                self.fail_peer(peer, P2pError::Protocol { peer, violation });
-            }
+            self.fail_violators();
         }
         Ok(work)
+    }
+
+    /// Finishes the layer's RDMA operations the messenger completed.
+    #[inline(never)]
+    fn layer_completions(&mut self) -> usize {
+        let mut work = 0;
+        for (id, status) in self.messenger.take_layer_completions() {
+            work += 1;
+            match self.layer_ops.remove(&id) {
+                Some(LayerOp::Get(req)) => self.get_done(req, status.map_err(P2pError::from)),
+                Some(LayerOp::Put {
+                    req,
+                    receiver_request,
+                }) => self.tail_put(req, receiver_request, status.map_err(P2pError::from)),
+                None => {}
+            }
+        }
+        work
+    }
+
+    /// Fails the peers that broke the protocol.
+    #[inline(never)]
+    fn fail_violators(&mut self) {
+        let violations = std::mem::take(&mut self.proto.borrow_mut().violations);
+        for (peer, violation) in violations {
+            self.fail_peer(peer, P2pError::Protocol { peer, violation });
+        }
     }
 
     /// Calls [`progress`](Self::progress) until `done` holds, within the
@@ -472,10 +486,18 @@ impl P2p {
     }
 
     /// Does the work the handler left. Returns how many actions ran.
+    #[inline]
     fn run_actions(&mut self) -> usize {
         if self.proto.borrow().actions.is_empty() {
             return 0;
         }
+        self.run_queued_actions()
+    }
+
+    /// [`run_actions`](Self::run_actions) with some queued: out of line,
+    /// so that the check every receive and every poll makes stays small.
+    #[inline(never)]
+    fn run_queued_actions(&mut self) -> usize {
         let mut n = 0;
         loop {
             let Some(action) = self.proto.borrow_mut().actions.pop_front() else {

@@ -231,7 +231,26 @@ impl Protocol {
     }
 
     /// One message of the point-to-point tag, from `msg.peer`.
+    #[inline]
     pub(crate) fn on_message(&mut self, msg: &Incoming<'_>) {
+        // Eager messages are most messages: parsed and matched here, the
+        // other kinds out of line.
+        match wire::Eager::decode(msg.header) {
+            Some(e) => {
+                let arrived = Arrived::Inline {
+                    peer: msg.peer,
+                    ptr: msg.payload.as_ptr(),
+                    len: msg.payload.len(),
+                };
+                self.arrive(msg.peer, e.envelope, arrived, msg.payload.len());
+            }
+            None => self.on_control(msg),
+        }
+    }
+
+    /// A message other than a well-formed eager one.
+    #[inline(never)]
+    fn on_control(&mut self, msg: &Incoming<'_>) {
         let peer = msg.peer;
         let parsed = match Message::decode(msg.header) {
             Ok(m) => m,
@@ -423,17 +442,24 @@ impl Completer<'_> {
     ///
     /// An [`Arrived::Inline`] message is only ever matched inside the
     /// handler call that received it, so its bytes are still valid here.
+    #[inline]
     fn matched(&mut self, id: ReqId, message: Matched<Arrived>) {
         let env = message.envelope;
         match message.msg {
-            Arrived::Eager { peer, data } => return self.deliver_eager(id, env, peer, &data),
+            Arrived::Eager { peer, data } => self.deliver_eager(id, env, peer, &data),
             Arrived::Inline { peer, ptr, len } => {
                 // SAFETY: see above: the handler that got the bytes runs.
                 let data = unsafe { bytes_at(ptr, len) };
-                return self.deliver_eager(id, env, peer, data);
+                self.deliver_eager(id, env, peer, data);
             }
-            Arrived::Rts(_) => {}
+            Arrived::Rts(_) => self.matched_rendezvous(id, message),
         }
+    }
+
+    /// A receive met a rendezvous request: start moving its data.
+    #[inline(never)]
+    fn matched_rendezvous(&mut self, id: ReqId, message: Matched<Arrived>) {
+        let env = message.envelope;
         let Some(req) = self.reqs.get_mut(&id) else {
             return;
         };
