@@ -903,8 +903,10 @@ impl Messenger {
                 RResult::RErr(error) => failed.push((i, error)),
             }
         }
-        for (i, error) in failed {
-            self.close_module(i, error);
+        if !failed.is_empty() {
+            for (i, error) in failed {
+                self.close_module(i, error);
+            }
         }
         if !self.lane_state.events.is_empty() {
             self.lane_events();

@@ -178,6 +178,7 @@ impl Messenger {
     /// Closes module `i` after `error`: it is never called again, its
     /// pending operations complete with the error, and every peer it
     /// served goes over the next module that reaches it, or fails.
+    #[inline(never)]
     pub(super) fn close_module(&mut self, i: usize, error: PluginError) {
         let Some(slot) = self.slots.get_mut(i) else {
             return;

@@ -302,6 +302,7 @@ pub(super) enum LaneEvent {
 
 impl Messenger {
     /// Acts on what `progress` found about lanes.
+    #[inline(never)]
     pub(super) fn lane_events(&mut self) {
         for event in std::mem::take(&mut self.lane_state.events) {
             match event {

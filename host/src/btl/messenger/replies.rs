@@ -79,6 +79,7 @@ impl Replies {
 impl Messenger {
     /// Sends what handlers queued during the last round. A reply that
     /// fails is reported by `take_completions` under an id of its own.
+    #[inline(never)]
     pub(super) fn send_replies(&mut self) {
         for reply in std::mem::take(&mut self.replies.queued) {
             let sent = match reply.class {
