@@ -70,6 +70,11 @@ impl BtlFlags {
     /// the peer's memory): a message read in part by the receiver and
     /// written in part by the sender moves with two processors at once.
     pub const INITIATOR_COPIES: Self = Self(1 << 8);
+    /// [`Transport::put`] and [`Transport::get`] are carried out by the
+    /// target process's own progress, over the stream that carries its
+    /// messages (tcp): the data of a get goes the way a send's would, and
+    /// a host may ask the sender to send instead of reading.
+    pub const TARGET_SERVES_RDMA: Self = Self(1 << 9);
 
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: Self) -> bool {

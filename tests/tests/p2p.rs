@@ -235,6 +235,29 @@ fn the_pipeline_rendezvous_by_parameter_over_tcp_and_shm() {
     .passes();
 }
 
+/// Over tcp, whose peer serves reads over the stream its sends take, a
+/// receiver reads one rendezvous from a peer at a time and asks the
+/// sender to send the others (`p2p_rget_reads=1`, the default); with no
+/// bound every rendezvous is read. A small eager limit makes most of the
+/// suite's messages rendezvous, many of them in flight at once.
+#[test]
+fn tcp_rendezvous_read_or_sent_by_the_bound_on_reads() {
+    Job {
+        params: &["btl_tcp_if_include=lo", "p2p_eager_limit=1024"],
+        ..Job::new("self,tcp", 3)
+    }
+    .passes();
+    Job {
+        params: &[
+            "btl_tcp_if_include=lo",
+            "p2p_eager_limit=1024",
+            "p2p_rget_reads=0",
+        ],
+        ..Job::new("self,tcp", 3)
+    }
+    .passes();
+}
+
 /// The random case with other seeds than the default, which each rank
 /// reports.
 #[test]

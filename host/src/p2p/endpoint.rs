@@ -48,6 +48,10 @@ pub(super) struct Config {
     /// Rendezvous read with `get` where the route offers it (else the
     /// pipeline).
     rget: bool,
+    /// Reads in flight from one peer, on a route whose target serves
+    /// them, beyond which its further rendezvous take the pipeline (0: no
+    /// bound).
+    rget_reads: u32,
     stall: Option<Duration>,
 }
 
@@ -62,6 +66,8 @@ pub struct P2p {
     /// Next sequence number per (context, peer).
     seqs: HashMap<(u32, Rank), u32, IdHash>,
     pub(super) layer_ops: HashMap<SendId, LayerOp, IdHash>,
+    /// Rendezvous reads in flight, per peer.
+    reads: Vec<u32>,
     epoch: u64,
     /// Peers failed by the messenger or for breaking the protocol.
     pub(super) failed: HashMap<Rank, P2pError>,
@@ -108,6 +114,7 @@ impl P2p {
             pipeline_fragment: uint("p2p_pipeline_fragment"),
             split_min: uint("p2p_split_min"),
             rget: params.str_value("p2p_rendezvous") != Some("pipeline"),
+            rget_reads: u32::try_from(uint("p2p_rget_reads")).unwrap_or(u32::MAX),
             stall: match uint("p2p_stall_limit") {
                 0 => None,
                 s => Some(Duration::from_secs(s)),
@@ -139,6 +146,7 @@ impl P2p {
             eager,
             seqs: HashMap::default(),
             layer_ops: HashMap::default(),
+            reads: vec![0; size as usize],
             epoch: 0,
             failed: HashMap::new(),
             ids: ContextIds::new(),
@@ -574,11 +582,29 @@ impl P2p {
             return;
         };
         let (peer, ptr, take, address) = (r.peer, target.ptr, r.take, r.address);
+        let sender_request = r.sender_request;
         let key = r.key.clone();
         drop(proto);
         if let Some(e) = self.failed.get(&peer).cloned() {
             self.proto.borrow_mut().complete(id, Err(e));
             return;
+        }
+        // Where the peer's own progress serves reads over the stream its
+        // sends take (tcp), one read gives a lone message its lowest
+        // latency, and a window of them streams faster sent: a
+        // rendezvous beyond the bound asks the sender to send it.
+        let served = self
+            .messenger
+            .attributes(peer)
+            .is_some_and(|a| a.flags.contains(BtlFlags::TARGET_SERVES_RDMA));
+        let reads = self.reads.get(peer as usize).copied().unwrap_or(0);
+        if served && self.config.rget_reads > 0 && reads >= self.config.rget_reads {
+            let header = Cts {
+                sender_request,
+                receiver_request: id,
+            }
+            .encode();
+            return self.control(peer, &header);
         }
         // A split message's head only; the sender writes the rest.
         let read = self.offer_split(id, peer, ptr, take).unwrap_or(take);
@@ -620,6 +646,11 @@ impl P2p {
         {
             r.registration = local;
             r.reading = matches!(started, Ok(SendTicket::Pending(_)));
+            if r.reading {
+                if let Some(n) = self.reads.get_mut(peer as usize) {
+                    *n += 1;
+                }
+            }
         }
         match started {
             Ok(SendTicket::Done) => self.get_done(id, Ok(())),
@@ -639,7 +670,11 @@ impl P2p {
         else {
             return;
         };
-        r.reading = false;
+        if std::mem::take(&mut r.reading) {
+            if let Some(n) = self.reads.get_mut(r.peer as usize) {
+                *n = n.saturating_sub(1);
+            }
+        }
         // A failed sender writes no more and never answers.
         let sender_lives = !self.failed.contains_key(&r.peer);
         if let Some(split) = r.split.as_mut().filter(|s| s.writing && sender_lives) {
@@ -710,12 +745,27 @@ impl P2p {
             drop(proto);
             return self.violation(peer, id);
         };
-        if out.peer != peer || out.registration.is_some() {
+        if out.peer != peer {
             drop(proto);
             return self.violation(peer, id);
         }
         let (ptr, len) = (out.ptr, out.len);
         drop(proto);
+        // A send announced for a read that its receiver asks to have sent
+        // instead no longer needs its registration.
+        let registration = match self
+            .proto
+            .borrow_mut()
+            .reqs
+            .get_mut(&id)
+            .map(|r| &mut r.state)
+        {
+            Some(ReqState::Send(out)) => out.registration.take(),
+            _ => None,
+        };
+        if let Some(h) = registration {
+            let _ = self.messenger.deregister_memory(h);
+        }
         let fragment = match (
             self.config.pipeline_fragment,
             self.messenger.attributes(peer),

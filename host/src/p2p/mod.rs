@@ -29,8 +29,11 @@
 //!   mapped segment, tcp with a get request its peer serves), or, where
 //!   the route has no `get`, asks for it and the sender sends it in
 //!   fragments (**pipeline**; `p2p_rendezvous=pipeline` takes it on every
-//!   route). The sender's request completes when the
-//!   receiver answers FIN. On routes whose `put` and `get` are copies by
+//!   route). Where the peer's own progress serves the read over the
+//!   stream its sends take (tcp), a receiver with `p2p_rget_reads` reads
+//!   from that peer in flight asks for the pipeline instead: a lone
+//!   message is read, a window of them is sent. The sender's request
+//!   completes when the receiver answers FIN. On routes whose `put` and `get` are copies by
 //!   the caller's processor (shm), a message of at least `p2p_split_min`
 //!   bytes is *split*: the receiver reads its head while the sender, asked
 //!   by an ACK, writes its tail, so two processors copy it.
@@ -122,6 +125,11 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
             "p2p_rendezvous",
             ParamValue::Str("get".into()),
             "how a rendezvous moves its data: get (the receiver reads it where the route offers get, else the pipeline) or pipeline (the sender sends it once the receiver is ready)",
+        ),
+        ParamSpec::new(
+            "p2p_rget_reads",
+            ParamValue::UInt(1),
+            "on routes whose get the peer's own progress serves (tcp): rendezvous reads in flight from one peer beyond which its further rendezvous are sent by the sender (pipeline); 0 never",
         ),
         ParamSpec::new(
             "p2p_split_min",

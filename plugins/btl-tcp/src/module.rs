@@ -352,7 +352,11 @@ impl Transport for TcpModule {
             exclusivity: exclusivity::DEFAULT,
             latency_ns: s.latency_ns,
             bandwidth_mbps: s.bandwidth_mbps,
-            flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET | BtlFlags::STRIPE,
+            flags: BtlFlags::SEND
+                | BtlFlags::PUT
+                | BtlFlags::GET
+                | BtlFlags::STRIPE
+                | BtlFlags::TARGET_SERVES_RDMA,
             registration_handle_size: RemoteKey::LEN as u32,
         })
     }
