@@ -518,14 +518,7 @@ impl P2p {
                     peer,
                     sender_request,
                     receiver_request,
-                } => {
-                    let header = Cts {
-                        sender_request,
-                        receiver_request,
-                    }
-                    .encode();
-                    self.control(peer, &header);
-                }
+                } => self.ask_to_send(peer, sender_request, receiver_request),
                 Action::Fin {
                     peer,
                     sender_request,
@@ -570,6 +563,17 @@ impl P2p {
         let _ = self.messenger.send_layer(peer, TAG_P2P, header, &[]);
     }
 
+    /// Asks the sender of a rendezvous to send its data (CTS): the
+    /// pipeline.
+    fn ask_to_send(&mut self, peer: Rank, sender_request: u64, receiver_request: ReqId) {
+        let header = Cts {
+            sender_request,
+            receiver_request,
+        }
+        .encode();
+        self.control(peer, &header);
+    }
+
     /// Reads a matched rendezvous into its receive buffer.
     fn start_get(&mut self, id: ReqId) {
         let mut proto = self.proto.borrow_mut();
@@ -582,13 +586,6 @@ impl P2p {
             return;
         };
         let (peer, ptr, take, address) = (r.peer, target.ptr, r.take, r.address);
-        let sender_request = r.sender_request;
-        let key = r.key.clone();
-        drop(proto);
-        if let Some(e) = self.failed.get(&peer).cloned() {
-            self.proto.borrow_mut().complete(id, Err(e));
-            return;
-        }
         // Where the peer's own progress serves reads over the stream its
         // sends take (tcp), one read gives a lone message its lowest
         // latency, and a window of them streams faster sent: a
@@ -598,13 +595,18 @@ impl P2p {
             .attributes(peer)
             .is_some_and(|a| a.flags.contains(BtlFlags::TARGET_SERVES_RDMA));
         let reads = self.reads.get(peer as usize).copied().unwrap_or(0);
-        if served && self.config.rget_reads > 0 && reads >= self.config.rget_reads {
-            let header = Cts {
-                sender_request,
-                receiver_request: id,
-            }
-            .encode();
-            return self.control(peer, &header);
+        let sent = served && self.config.rget_reads > 0 && reads >= self.config.rget_reads;
+        let (sender_request, key) = (
+            r.sender_request,
+            if sent { Vec::new() } else { r.key.clone() },
+        );
+        drop(proto);
+        if let Some(e) = self.failed.get(&peer).cloned() {
+            self.proto.borrow_mut().complete(id, Err(e));
+            return;
+        }
+        if sent {
+            return self.ask_to_send(peer, sender_request, id);
         }
         // A split message's head only; the sender writes the rest.
         let read = self.offer_split(id, peer, ptr, take).unwrap_or(take);
@@ -740,8 +742,8 @@ impl P2p {
 
     /// The receiver of a pipelined send is ready: send the data.
     fn send_pipeline(&mut self, peer: Rank, id: ReqId, receiver_request: u64) {
-        let proto = self.proto.borrow();
-        let Some(ReqState::Send(out)) = proto.reqs.get(&id).map(|r| &r.state) else {
+        let mut proto = self.proto.borrow_mut();
+        let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) else {
             drop(proto);
             return self.violation(peer, id);
         };
@@ -749,20 +751,10 @@ impl P2p {
             drop(proto);
             return self.violation(peer, id);
         }
-        let (ptr, len) = (out.ptr, out.len);
-        drop(proto);
         // A send announced for a read that its receiver asks to have sent
         // instead no longer needs its registration.
-        let registration = match self
-            .proto
-            .borrow_mut()
-            .reqs
-            .get_mut(&id)
-            .map(|r| &mut r.state)
-        {
-            Some(ReqState::Send(out)) => out.registration.take(),
-            _ => None,
-        };
+        let (ptr, len, registration) = (out.ptr, out.len, out.registration.take());
+        drop(proto);
         if let Some(h) = registration {
             let _ = self.messenger.deregister_memory(h);
         }

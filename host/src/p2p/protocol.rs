@@ -220,14 +220,21 @@ impl Protocol {
         self.completer().complete(id, result);
     }
 
-    /// The requests' side of the protocol, borrowed apart from the engine.
+    /// The requests' side of the protocol.
     fn completer(&mut self) -> Completer<'_> {
-        Completer {
+        self.split().1
+    }
+
+    /// The engine and the requests' side, borrowed apart, so that the
+    /// engine hands its matches straight to the requests.
+    fn split(&mut self) -> (&mut MatchEngine<ReqId, Arrived>, Completer<'_>) {
+        let completer = Completer {
             reqs: &mut self.reqs,
             actions: &mut self.actions,
             owed: &mut self.owed,
             credit_batch: self.credit_batch,
-        }
+        };
+        (&mut self.engine, completer)
     }
 
     /// One message of the point-to-point tag, from `msg.peer`.
@@ -323,21 +330,7 @@ impl Protocol {
             source: env.source,
             tag: env.tag,
         };
-        // The engine hands each match straight to the requests' side.
-        let Protocol {
-            engine,
-            reqs,
-            actions,
-            owed,
-            credit_batch,
-            ..
-        } = self;
-        let mut completer = Completer {
-            reqs,
-            actions,
-            owed,
-            credit_batch: *credit_batch,
-        };
+        let (engine, mut completer) = self.split();
         let result =
             engine.arrive_with(
                 envelope,
