@@ -864,6 +864,21 @@ impl Messenger {
         self.watch_memory();
         let mut events = 0;
         let mut failed = Vec::new();
+        // One sink for every module of this poll: only its module changes.
+        let mut sink = Sink {
+            module: 0,
+            handlers: &mut self.handlers,
+            replies: &mut self.replies,
+            failure_epoch: &mut self.failure_epoch,
+            reassembly: &mut self.reassembly,
+            cookies: &mut self.cookies,
+            outstanding: &mut self.outstanding,
+            completions: &mut self.completions,
+            failures: &mut self.failures,
+            routes: &mut self.routes,
+            lane_state: &mut self.lane_state,
+            panic: None,
+        };
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if slot.closed.is_some() {
                 continue;
@@ -873,20 +888,7 @@ impl Messenger {
             if !slot.remote && !slot.active && self.polls % IDLE_POLL_EVERY != 0 {
                 continue;
             }
-            let mut sink = Sink {
-                module: i,
-                handlers: &mut self.handlers,
-                replies: &mut self.replies,
-                failure_epoch: &mut self.failure_epoch,
-                reassembly: &mut self.reassembly,
-                cookies: &mut self.cookies,
-                outstanding: &mut self.outstanding,
-                completions: &mut self.completions,
-                failures: &mut self.failures,
-                routes: &mut self.routes,
-                lane_state: &mut self.lane_state,
-                panic: None,
-            };
+            sink.module = i;
             let result = slot
                 .module
                 .progress(BtlEventSink_TO::from_ptr(&mut sink, TD_Opaque));

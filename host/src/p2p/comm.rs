@@ -281,7 +281,7 @@ impl P2p {
         }
         comm.inner.freed.set(true);
         let id = comm.context_id();
-        self.proto.borrow_mut().groups.remove(&id);
+        self.proto.borrow_mut().groups.remove(id);
         self.ids.draining.push(id);
         self.retire_drained();
         first_error.map_or(Ok(()), Err)

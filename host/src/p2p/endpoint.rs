@@ -20,7 +20,7 @@ use fireopal_core::wire::p2p::{
 
 use super::comm::{CommInner, ContextIds};
 use super::protocol::{
-    credit_header, fin_header, finish_status, Action, Arrived, Outgoing, Protocol, RecvTarget,
+    credit_header, fin_header, finish_status, Action, Arrived, Outgoing, Protocol, RecvTarget, Req,
     ReqId, ReqState,
 };
 use super::{Communicator, P2pError, Status};
@@ -63,8 +63,12 @@ pub struct P2p {
     pub(super) config: Config,
     /// Eager limit per peer: the route's, capped by the parameter.
     eager: Vec<u64>,
-    /// Next sequence number per (context, peer).
+    /// Next sequence number per (context, peer), but for the pair last
+    /// sent to, whose number is in `seq_last`.
     seqs: HashMap<(u32, Rank), u32, IdHash>,
+    /// The pair last sent to and its next number, kept out of `seqs`: a
+    /// stream of sends to one peer hashes nothing.
+    seq_last: Option<((u32, Rank), u32)>,
     pub(super) layer_ops: HashMap<SendId, LayerOp, IdHash>,
     /// Rendezvous reads in flight, per peer.
     reads: Vec<u32>,
@@ -145,6 +149,7 @@ impl P2p {
             config,
             eager,
             seqs: HashMap::default(),
+            seq_last: None,
             layer_ops: HashMap::default(),
             reads: vec![0; size as usize],
             epoch: 0,
@@ -256,6 +261,7 @@ impl P2p {
     }
 
     /// The world rank of `rank` of `comm`, refusing a freed communicator.
+    #[inline]
     fn peer_of(&self, comm: &Communicator, rank: u32) -> Result<Rank, P2pError> {
         if comm.is_freed() {
             return Err(P2pError::FreedCommunicator);
@@ -292,9 +298,7 @@ impl P2p {
         if let Some(e) = self.failure_of(peer) {
             return Err(e.clone());
         }
-        let seq_slot = self.seqs.entry((context, peer)).or_insert(0);
-        let seq = *seq_slot;
-        *seq_slot = seq.wrapping_add(1);
+        let seq = self.next_seq(context, peer);
         let envelope = WireEnvelope {
             context,
             source: comm.rank(),
@@ -408,15 +412,52 @@ impl P2p {
             }
         }
         match source {
+            // With no peer failed, only the rank's range is checked.
+            Source::Rank(r) if self.failed.is_empty() => {
+                if r < comm.size() {
+                    Ok(None)
+                } else {
+                    Err(P2pError::NoSuchRank {
+                        rank: r,
+                        size: comm.size(),
+                    })
+                }
+            }
             Source::Rank(r) => Ok(self.failure_of(self.peer_of(comm, r)?).cloned()),
             Source::Any => Ok(None),
         }
     }
 
+    /// The next sequence number of a message on `context` to `peer`.
+    #[inline]
+    fn next_seq(&mut self, context: u32, peer: Rank) -> u32 {
+        let next = match &mut self.seq_last {
+            Some((key, next)) if *key == (context, peer) => next,
+            _ => self.switch_seq((context, peer)),
+        };
+        let seq = *next;
+        *next = seq.wrapping_add(1);
+        seq
+    }
+
+    /// Moves the pair last sent to back into the map and takes `key` out.
+    #[inline(never)]
+    fn switch_seq(&mut self, key: (u32, Rank)) -> &mut u32 {
+        if let Some((old, next)) = self.seq_last.take() {
+            self.seqs.insert(old, next);
+        }
+        let next = self.seqs.remove(&key).unwrap_or(0);
+        &mut self.seq_last.insert((key, next)).1
+    }
+
     /// Takes back sequence number `seq` of a message that never left, so
     /// that the receiver does not wait for it.
     fn unsend(&mut self, context: u32, peer: Rank, seq: u32) {
-        if let Some(next) = self.seqs.get_mut(&(context, peer)) {
+        let next = match &mut self.seq_last {
+            Some((key, next)) if *key == (context, peer) => Some(next),
+            _ => self.seqs.get_mut(&(context, peer)),
+        };
+        if let Some(next) = next {
             if *next == seq.wrapping_add(1) {
                 *next = seq;
             }
@@ -436,14 +477,28 @@ impl P2p {
     ) -> ReqId {
         let spec = RecvSpec::new(ContextId(context), source, tag);
         let mut proto = self.proto.borrow_mut();
-        let id = proto.new_req(ReqState::Recv {
-            target,
-            post: None,
-            rndv: None,
-            status: None,
-            sent: 0,
-        });
-        match proto.engine.post(spec, id) {
+        // The request is stored once the engine said where it is posted.
+        let id = proto.reqs.reserve();
+        let posted = proto.engine.post(spec, id);
+        let post = match &posted {
+            Posted::Queued(post) if failed_peer.is_none() => Some(*post),
+            _ => None,
+        };
+        proto.reqs.fill(
+            id,
+            Req {
+                state: ReqState::Recv {
+                    target,
+                    post,
+                    rndv: None,
+                    status: None,
+                    sent: 0,
+                },
+                done: None,
+                detached: false,
+            },
+        );
+        match posted {
             Posted::Matched { req, message } => proto.matched(req, message),
             // A failed source's messages that arrived before its failure
             // still match; with none left, the receive fails.
@@ -451,13 +506,7 @@ impl P2p {
                 proto.engine.cancel(post);
                 proto.complete(id, Err(failed_peer.unwrap_or(P2pError::FreedCommunicator)));
             }
-            Posted::Queued(post) => {
-                if let Some(ReqState::Recv { post: p, .. }) =
-                    proto.reqs.get_mut(&id).map(|r| &mut r.state)
-                {
-                    *p = Some(post);
-                }
-            }
+            Posted::Queued(_) => {}
             Posted::SourceFailed(req) => {
                 let peer = match source {
                     Source::Rank(r) => comm.group().lookup(r),
@@ -845,7 +894,7 @@ impl P2p {
         let contexts: Vec<(u32, u32)> = proto
             .groups
             .iter()
-            .filter_map(|(&id, g)| g.rank_of(peer).map(|r| (id, r)))
+            .filter_map(|(id, g)| g.rank_of(peer).map(|r| (id, r)))
             .collect();
         let mut receives = Vec::new();
         for (id, rank) in contexts {
@@ -888,6 +937,12 @@ impl P2p {
     /// that a communicator that reuses the id starts its streams at 0.
     pub(super) fn forget_sequences(&mut self, id: u32) {
         self.seqs.retain(|&(context, _), _| context / 2 != id);
+        if self
+            .seq_last
+            .is_some_and(|((context, _), _)| context / 2 == id)
+        {
+            self.seq_last = None;
+        }
     }
 
     /// Peers this endpoint treats as failed, with why.

@@ -6,11 +6,10 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use fireopal_abi::btl::Rank;
 use fireopal_core::group::Group;
-use fireopal_core::id_hash::IdHash;
 use fireopal_core::p2p::{ContextId, Envelope, Event, MatchEngine, Message as Matched, PostId};
 use fireopal_core::wire::p2p::{self as wire, Credit, Fin, FinStatus, Message, RndvProtocol};
 
@@ -175,6 +174,43 @@ pub(crate) enum Action {
     },
 }
 
+/// The groups of the communicators, indexed by context id: ids are small
+/// and reused (at most `MAX_CONTEXT_IDS`), so every message finds its
+/// communicator's group without hashing.
+#[derive(Default)]
+pub(crate) struct Groups(Vec<Option<Group>>);
+
+impl Groups {
+    pub(crate) fn insert(&mut self, id: u32, group: Group) {
+        let i = id as usize;
+        if self.0.len() <= i {
+            self.0.resize_with(i + 1, || None);
+        }
+        self.0[i] = Some(group);
+    }
+
+    pub(crate) fn remove(&mut self, id: u32) {
+        if let Some(slot) = self.0.get_mut(id as usize) {
+            *slot = None;
+        }
+    }
+
+    /// The group of communicator `id`, if this process has it (`id` may
+    /// come from a peer: any value is looked up safely).
+    #[inline]
+    pub(crate) fn get(&self, id: u32) -> Option<&Group> {
+        self.0.get(id as usize)?.as_ref()
+    }
+
+    /// Every communicator's id and group.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &Group)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| Some((i as u32, g.as_ref()?)))
+    }
+}
+
 /// The state the handler and the endpoint share.
 pub(crate) struct Protocol {
     pub(crate) engine: MatchEngine<ReqId, Arrived>,
@@ -188,7 +224,7 @@ pub(crate) struct Protocol {
     pub(crate) credit_batch: u32,
     /// Groups of the communicators this process has, by context id, to
     /// check a message's source against the process it came from.
-    pub(crate) groups: HashMap<u32, Group, IdHash>,
+    pub(crate) groups: Groups,
     /// Peers that broke the protocol, for the endpoint to fail.
     pub(crate) violations: Vec<(Rank, Violation)>,
 }
@@ -202,7 +238,7 @@ impl Protocol {
             send_credits: vec![credits; size as usize],
             owed: vec![0; size as usize],
             credit_batch: (credits / 2).max(1),
-            groups: HashMap::default(),
+            groups: Groups::default(),
             violations: Vec::new(),
         }
     }
@@ -318,7 +354,7 @@ impl Protocol {
     fn arrive(&mut self, peer: Rank, env: wire::Envelope, arrived: Arrived, bytes: usize) {
         // The source a message names must be the process it came from,
         // where this process knows the communicator.
-        if let Some(group) = self.groups.get(&(env.context / 2)) {
+        if let Some(group) = self.groups.get(env.context / 2) {
             if group.lookup(env.source) != Some(peer) {
                 return self
                     .violations
@@ -524,11 +560,10 @@ impl Completer<'_> {
 
     /// An eager message for receive `id`: copy what fits, complete it.
     fn deliver_eager(&mut self, id: ReqId, env: Envelope, peer: Rank, data: &[u8]) {
-        let Some(Req {
-            state: ReqState::Recv { target, post, .. },
-            ..
-        }) = self.reqs.get_mut(&id)
-        else {
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        let ReqState::Recv { target, post, .. } = &mut req.state else {
             return;
         };
         *post = None;
@@ -545,15 +580,20 @@ impl Completer<'_> {
             tag: env.tag,
             count: n,
         };
-        let result = if data.len() > target.cap {
-            Err(P2pError::Truncated {
-                status,
-                sent: data.len() as u64,
-            })
-        } else {
-            Ok(status)
-        };
-        self.complete(id, result);
+        let truncated = data.len() > target.cap;
+        // Completed where it lies, not looked up again.
+        if req.detached {
+            self.reqs.remove(&id);
+        } else if req.done.is_none() {
+            req.done = Some(if truncated {
+                Err(Box::new(P2pError::Truncated {
+                    status,
+                    sent: data.len() as u64,
+                }))
+            } else {
+                Ok(status)
+            });
+        }
         self.owe_credit(peer);
     }
 

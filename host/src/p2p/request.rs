@@ -418,8 +418,12 @@ impl P2p {
             self.abandon(id);
             return Err(e);
         }
-        match self.take_done(id) {
-            Some((result, _)) => result,
+        // A blocking call's buffer is borrowed, not owned: only the
+        // result comes out.
+        let done = self.proto.borrow_mut().reqs.take_done(&id);
+        match done {
+            Some(Ok(status)) => Ok(status),
+            Some(Err(e)) => Err(*e),
             None => Err(P2pError::Collective("request lost")),
         }
     }

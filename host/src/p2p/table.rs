@@ -4,6 +4,7 @@
 //! slot's next request, and no lookup hashes.
 
 use super::protocol::{Req, ReqId};
+use super::{P2pError, Status};
 
 #[derive(Default)]
 struct Slot {
@@ -25,6 +26,15 @@ fn split(id: ReqId) -> (usize, u32) {
 impl ReqTable {
     /// Stores `req` and returns its id (never 0).
     pub(crate) fn insert(&mut self, req: Req) -> ReqId {
+        let id = self.reserve();
+        self.fill(id, req);
+        id
+    }
+
+    /// The id the next request will have, its slot taken but empty until
+    /// [`fill`](Self::fill): for a request that must name its id before
+    /// it is built (a receive posted to matching).
+    pub(crate) fn reserve(&mut self) -> ReqId {
         let index = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -35,8 +45,17 @@ impl ReqTable {
         let slot = &mut self.slots[index];
         // Generations start at 1, so that no id is 0.
         slot.generation = slot.generation.wrapping_add(1).max(1);
-        slot.req = Some(req);
         u64::from(slot.generation) << 32 | index as u64
+    }
+
+    /// Stores `req` under the id [`reserve`](Self::reserve) gave.
+    pub(crate) fn fill(&mut self, id: ReqId, req: Req) {
+        let (index, generation) = split(id);
+        if let Some(slot) = self.slots.get_mut(index) {
+            if slot.generation == generation {
+                slot.req = Some(req);
+            }
+        }
     }
 
     pub(crate) fn get(&self, id: &ReqId) -> Option<&Req> {
@@ -65,6 +84,20 @@ impl ReqTable {
             slot.req = None;
             self.free.push(index as u32);
         }
+    }
+
+    /// Takes the result of request `id` out, and the request with it,
+    /// if it has completed.
+    pub(crate) fn take_done(&mut self, id: &ReqId) -> Option<Result<Status, Box<P2pError>>> {
+        let (index, generation) = split(*id);
+        let slot = self.slots.get_mut(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        let done = slot.req.as_mut()?.done.take()?;
+        slot.req = None;
+        self.free.push(index as u32);
+        Some(done)
     }
 
     /// Every request with its id.
