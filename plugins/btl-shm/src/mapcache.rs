@@ -70,8 +70,9 @@ pub(crate) struct MapRequest {
     pub(crate) key: Region,
     /// Process id of the owner.
     pub(crate) pid: u32,
-    /// A pidfd of the owner (borrowed for the duration of the lookup).
-    pub(crate) pidfd: i32,
+    /// A pidfd of the owner, where it has one (borrowed for the duration
+    /// of the lookup).
+    pub(crate) pidfd: Option<i32>,
     /// The segment.
     pub(crate) seg: SegmentRef,
 }

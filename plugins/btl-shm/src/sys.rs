@@ -78,24 +78,103 @@ pub(crate) fn pid() -> u32 {
 }
 
 /// A pidfd of process `pid`.
-pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     let pid =
         libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: pidfd_open takes a pid and flags and returns a descriptor.
     owned(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })
 }
 
-/// A duplicate of descriptor `fd` of the process behind `pidfd` (a raw
-/// descriptor number: a closed or wrong one only makes the call fail):
-/// `pidfd_getfd` first, then opening `/proc/<pid>/fd/<fd>` (which needs
-/// only read access to the process, where `pidfd_getfd` needs the right to
-/// attach to it).
-pub(crate) fn fetch_fd(pidfd: RawFd, pid: u32, fd: u32) -> io::Result<OwnedFd> {
+/// A handle on a peer's process that tells when it exits, whichever
+/// process takes its pid later: a pidfd, or, on a kernel without
+/// `pidfd_open` (before Linux 5.3, or a tool that does not pass it on),
+/// the process's `/proc/<pid>` directory, whose lookups fail once the
+/// process it was opened for is gone.
+#[derive(Debug)]
+pub(crate) enum ProcessHandle {
+    Pidfd(OwnedFd),
+    ProcDir(OwnedFd),
+}
+
+impl ProcessHandle {
+    /// A handle on process `pid`.
+    pub(crate) fn open(pid: u32) -> io::Result<Self> {
+        match pidfd_open(pid) {
+            Ok(fd) => Ok(Self::Pidfd(fd)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Self::proc_dir(pid),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A handle on process `pid` through its `/proc` directory.
+    fn proc_dir(pid: u32) -> io::Result<Self> {
+        let path = format!("/proc/{pid}\0");
+        let path = CStr::from_bytes_with_nul(path.as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `path` is a valid C string.
+        let dir = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        owned(dir as libc::c_long).map(Self::ProcDir)
+    }
+
+    /// The pidfd, where the handle is one.
+    pub(crate) fn pidfd(&self) -> Option<RawFd> {
+        match self {
+            Self::Pidfd(fd) => Some(fd.as_raw_fd()),
+            Self::ProcDir(_) => None,
+        }
+    }
+
+    /// Whether the process exited (a zombie counts as exited).
+    pub(crate) fn exited(&self) -> bool {
+        match self {
+            Self::Pidfd(fd) => process_exited(fd.as_raw_fd()),
+            Self::ProcDir(dir) => proc_dir_exited(dir.as_raw_fd()),
+        }
+    }
+}
+
+/// Whether the process whose `/proc` directory is `dir` exited: its
+/// `stat` cannot be opened any more, or says it is a zombie.
+fn proc_dir_exited(dir: RawFd) -> bool {
+    // SAFETY: a valid C string, relative to a directory descriptor.
+    let stat = unsafe { libc::openat(dir, c"stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let Ok(stat) = owned(stat as libc::c_long) else {
+        return true;
+    };
+    let mut buf = [0u8; 512];
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe { libc::read(stat.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    let Ok(n) = usize::try_from(n) else {
+        return true;
+    };
+    // "pid (comm) S ...": the state follows the last ')', which the
+    // command name may itself contain.
+    let text = &buf[..n.min(buf.len())];
+    match text.iter().rposition(|&b| b == b')') {
+        Some(i) => matches!(text.get(i + 2), Some(b'Z' | b'X')),
+        None => false,
+    }
+}
+
+/// A duplicate of descriptor `fd` of process `pid`: through `pidfd_getfd`
+/// where `pidfd` is given (a raw descriptor number: a closed or wrong one
+/// only makes the call fail), else, or when that is refused, by opening
+/// `/proc/<pid>/fd/<fd>` (which needs only read access to the process,
+/// where `pidfd_getfd` needs the right to attach to it).
+pub(crate) fn fetch_fd(pidfd: Option<RawFd>, pid: u32, fd: u32) -> io::Result<OwnedFd> {
     let Ok(target) = libc::c_int::try_from(fd) else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     };
-    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags.
-    let first = owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, target, 0) });
+    let first = match pidfd {
+        // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags.
+        Some(pidfd) => owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, target, 0) }),
+        None => Err(io::Error::from_raw_os_error(libc::ENOSYS)),
+    };
     match first {
         Ok(fd) => Ok(fd),
         Err(e) if e.raw_os_error() == Some(libc::EBADF) => Err(e),
@@ -115,7 +194,7 @@ pub(crate) fn fetch_fd(pidfd: RawFd, pid: u32, fd: u32) -> io::Result<OwnedFd> {
 }
 
 /// Whether the process behind `pidfd` exited (its pidfd is readable).
-pub(crate) fn process_exited(pidfd: RawFd) -> bool {
+fn process_exited(pidfd: RawFd) -> bool {
     let mut p = libc::pollfd {
         fd: pidfd,
         events: libc::POLLIN,
@@ -219,4 +298,68 @@ pub(crate) fn boot_id() -> [u8; 16] {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    /// Both kinds of handle see a child that runs, that exited and waits
+    /// to be reaped, and that was reaped.
+    #[test]
+    fn a_process_handle_sees_its_process_exit_with_or_without_a_pidfd() {
+        // `cat` runs until its input closes: the test decides when it
+        // exits, whatever the scheduler does.
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn cat");
+        let pid = child.id();
+        let handles = [
+            ProcessHandle::open(pid).expect("a handle"),
+            ProcessHandle::proc_dir(pid).expect("a /proc handle"),
+        ];
+        assert!(matches!(handles[1], ProcessHandle::ProcDir(_)));
+        assert!(handles[1].pidfd().is_none());
+        for h in &handles {
+            assert!(!h.exited(), "{h:?} saw a running process exit");
+        }
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"bye\n").expect("write");
+        drop(stdin);
+        // Wait for the exit without reaping: the child stays a zombie.
+        // SAFETY: `info` is valid for writes; WNOWAIT leaves the child.
+        let waited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        assert_eq!(waited, 0, "waitid: {}", io::Error::last_os_error());
+        for h in &handles {
+            assert!(h.exited(), "{h:?} missed a zombie");
+        }
+        child.wait().expect("reap");
+        for h in &handles {
+            assert!(h.exited(), "{h:?} missed a reaped process");
+        }
+    }
+
+    #[test]
+    fn fetching_a_descriptor_without_a_pidfd_goes_through_proc() {
+        // SAFETY: a valid C string and flags.
+        let memfd = unsafe { libc::memfd_create(c"fetch-test".as_ptr(), libc::MFD_CLOEXEC) };
+        let file = owned(memfd as libc::c_long).expect("memfd");
+        let fd = u32::try_from(file.as_raw_fd()).expect("fd");
+        let copy = fetch_fd(None, std::process::id(), fd).expect("fetched through /proc");
+        assert_ne!(copy.as_raw_fd(), file.as_raw_fd());
+        let (a, b) = (facts(&file).expect("fstat"), facts(&copy).expect("fstat"));
+        assert_eq!(a.ino, b.ino, "the copy is another file");
+    }
 }

@@ -19,7 +19,6 @@
 //! where it is.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
 
 use fireopal_abi::btl::{PeerAddress, Rank};
 use fireopal_abi::host::LogLevel;
@@ -37,7 +36,7 @@ use crate::sys;
 pub(super) struct Peer {
     pub(super) rank: Rank,
     pub(super) pid: u32,
-    pub(super) pidfd: OwnedFd,
+    pub(super) process: sys::ProcessHandle,
     /// The peer's queue segment, mapped here.
     pub(super) seg: Mapping,
     pub(super) layout: Layout,
@@ -136,8 +135,9 @@ impl State {
         {
             return Err(format!("local index {} is taken by another rank", a.local));
         }
-        let pidfd = sys::pidfd_open(a.pid).map_err(|e| format!("pidfd_open({}): {e}", a.pid))?;
-        let fd = sys::fetch_fd(pidfd.as_raw_fd(), a.pid, a.fd)
+        let process = sys::ProcessHandle::open(a.pid)
+            .map_err(|e| format!("cannot watch the process of pid {}: {e}", a.pid))?;
+        let fd = sys::fetch_fd(process.pidfd(), a.pid, a.fd)
             .map_err(|e| format!("cannot fetch the queue segment of pid {}: {e}", a.pid))?;
         let facts = sys::facts(&fd).map_err(|e| format!("fstat: {e}"))?;
         if facts.ino != a.file_id || facts.size != a.seg_len {
@@ -192,7 +192,7 @@ impl State {
         self.peers[a.local as usize] = Some(Peer {
             rank: a.rank,
             pid: a.pid,
-            pidfd,
+            process,
             seg,
             layout,
             fbox_tx,

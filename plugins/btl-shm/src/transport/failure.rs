@@ -14,7 +14,6 @@
 //! the same way.
 
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::AsRawFd;
 
 use fireopal_abi::btl::Rank;
 use fireopal_abi::host::LogLevel;
@@ -22,7 +21,6 @@ use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::shmq::keyspace;
 
 use super::{Event, Origin, Pending, State};
-use crate::sys;
 
 impl State {
     /// Marks peer `p` failed: it is not read again, its pending work and
@@ -78,7 +76,7 @@ impl State {
                 .peers
                 .get(p as usize)
                 .and_then(Option::as_ref)
-                .map(|peer| (peer.rank, sys::process_exited(peer.pidfd.as_raw_fd())));
+                .map(|peer| (peer.rank, peer.process.exited()));
             if let Some((rank, true)) = exited {
                 let error = PluginError::new(
                     ErrorKind::PROCESS_ENDED,

@@ -15,7 +15,7 @@
 //! cache's mapper ([`PeerMapper`]) learns which descriptor to map through a
 //! request slot set around each lookup.
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 use fireopal_abi::btl::MemRegion;
 use fireopal_abi::PluginError;
@@ -149,7 +149,7 @@ impl State {
         let request = MapRequest {
             key,
             pid: peer.pid,
-            pidfd: peer.pidfd.as_raw_fd(),
+            pidfd: peer.process.pidfd(),
             seg: *seg,
         };
         for _ in 0..2 {
