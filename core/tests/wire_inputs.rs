@@ -323,6 +323,7 @@ proptest! {
             .encode()
             .expect("a short key encodes"),
             p2p::PutDone { receiver_request: 2, status: p2p::FinStatus::Done }.encode().to_vec(),
+            p2p::Cancel { receiver_request: 3 }.encode().to_vec(),
         ];
         for seed in &seeds {
             prop_assert!(p2p::Message::decode(seed).is_ok());
@@ -339,6 +340,7 @@ proptest! {
                         p2p::Message::Credit(v) => v.encode().to_vec(),
                         p2p::Message::Ack(v) => v.encode().expect("a parsed key encodes"),
                         p2p::Message::PutDone(v) => v.encode().to_vec(),
+                        p2p::Message::Cancel(v) => v.encode().to_vec(),
                     };
                     prop_assert_eq!(again, input);
                 }

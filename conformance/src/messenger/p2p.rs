@@ -29,6 +29,7 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 
 mod communicators;
 mod death;
+mod given_up;
 pub mod random;
 mod registration;
 
@@ -82,7 +83,7 @@ pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (`peer-death` leaves the job one
 /// rank short, so it is last).
-pub const CASES: [(&str, Case); 11] = [
+pub const CASES: [(&str, Case); 12] = [
     ("eager-and-rendezvous", case_eager_and_rendezvous),
     ("wildcards", case_wildcards),
     ("ordering", case_ordering),
@@ -93,6 +94,7 @@ pub const CASES: [(&str, Case); 11] = [
     ("communicators", communicators::case_communicators),
     ("random", random::case_random),
     ("reregistration", registration::case_reregistration),
+    ("given-up-send", given_up::case_given_up_send),
     ("peer-death", death::case_peer_death),
 ];
 

@@ -55,6 +55,8 @@ code_enum! {
         Ack = 7,
         /// [`PutDone`].
         PutDone = 8,
+        /// [`Cancel`].
+        Cancel = 9,
     }
 }
 
@@ -79,6 +81,9 @@ code_enum! {
         /// The receiver could not read it (its `get` failed); the sender's
         /// request fails.
         Failed = 2,
+        /// In a [`PutDone`]: the sender gave the send up (a blocking send
+        /// that stalled returned its buffer) and wrote nothing.
+        GivenUp = 3,
     }
 }
 
@@ -442,6 +447,30 @@ impl PutDone {
     }
 }
 
+/// The sender of a rendezvous gave it up before the receiver asked for
+/// its data (a blocking send that stalled returned, and its buffer went
+/// back to its owner): the [`Cts`] that asked gets no [`Data`], and the
+/// receive fails instead of waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancel {
+    /// The receive, from the [`Cts`].
+    pub receiver_request: u64,
+}
+
+impl Cancel {
+    /// Bytes of the encoded message.
+    pub const LEN: usize = 16;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::Cancel as u8);
+            w.zeros(7);
+            w.u64(self.receiver_request);
+        })
+    }
+}
+
 /// The length of a key announced at bytes 2..4 of a message of `kind`,
 /// checked against [`MAX_KEY_LEN`].
 fn key_len(bytes: &[u8], kind: Kind, base: usize) -> Result<usize, Malformed> {
@@ -478,6 +507,8 @@ pub enum Message<'a> {
     Ack(Ack<'a>),
     /// [`PutDone`].
     PutDone(PutDone),
+    /// [`Cancel`].
+    Cancel(Cancel),
 }
 
 /// The fields of `bytes`, which must be exactly `want` long for `kind`.
@@ -607,6 +638,14 @@ impl<'a> Message<'a> {
                     status,
                 }))
             }
+            Kind::Cancel => {
+                let mut f = exact(bytes, kind, Cancel::LEN)?;
+                f.u8()?;
+                f.reserved::<7>(zero)?;
+                Ok(Self::Cancel(Cancel {
+                    receiver_request: f.u64()?,
+                }))
+            }
         }
     }
 }
@@ -680,6 +719,23 @@ mod tests {
             status: FinStatus::Done,
         };
         assert_eq!(Message::decode(&done.encode()), Ok(Message::PutDone(done)));
+        let cancel = Cancel {
+            receiver_request: 9,
+        };
+        assert_eq!(
+            Message::decode(&cancel.encode()),
+            Ok(Message::Cancel(cancel))
+        );
+        let mut reserved = cancel.encode();
+        reserved[3] = 1;
+        assert_eq!(
+            Message::decode(&reserved),
+            Err(Malformed::ReservedNotZero(Kind::Cancel))
+        );
+        assert!(matches!(
+            Message::decode(&cancel.encode()[..15]),
+            Err(Malformed::BadLength { .. })
+        ));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use fireopal_core::group::Group;
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::p2p::{ContextId, Posted, RecvSpec, Source, Tag};
 use fireopal_core::wire::p2p::{
-    Cts, Data, Eager, Envelope as WireEnvelope, FinStatus, RndvProtocol, Rts, MAX_KEY_LEN,
+    Cancel, Cts, Data, Eager, Envelope as WireEnvelope, FinStatus, RndvProtocol, Rts, MAX_KEY_LEN,
 };
 
 use super::comm::{CommInner, ContextIds};
@@ -763,6 +763,7 @@ impl P2p {
         let (status, sent) = (*status, *sent);
         let result = match (result, written) {
             (Ok(()), None | Some(Some(FinStatus::Done))) => Ok(()),
+            (Ok(()), Some(Some(FinStatus::GivenUp))) => Err(P2pError::SendGivenUp { peer }),
             (Ok(()), Some(_)) => Err(self
                 .failed
                 .get(&peer)
@@ -799,6 +800,18 @@ impl P2p {
         if out.peer != peer {
             drop(proto);
             return self.violation(peer, id);
+        }
+        if out.ptr.is_null() && out.len > 0 {
+            // The caller gave the send up and took its bytes back: the
+            // receiver hears so rather than waiting for data.
+            let registration = out.registration.take();
+            proto.complete(id, Err(P2pError::SendGivenUp { peer }));
+            drop(proto);
+            if let Some(h) = registration {
+                let _ = self.messenger.deregister_memory(h);
+            }
+            let cancel = Cancel { receiver_request }.encode();
+            return self.control(peer, &cancel);
         }
         // A send announced for a read that its receiver asks to have sent
         // instead no longer needs its registration.
@@ -857,7 +870,7 @@ impl P2p {
                 count: len,
                 ..Status::default()
             }),
-            FinStatus::Failed => Err(P2pError::ReadRefused { peer }),
+            FinStatus::Failed | FinStatus::GivenUp => Err(P2pError::ReadRefused { peer }),
         };
         proto.complete(id, result);
         drop(proto);
@@ -1013,10 +1026,9 @@ impl P2p {
             Some(req) => {
                 match &mut req.state {
                     ReqState::Recv { target, .. } => target.ptr = std::ptr::null_mut(),
-                    ReqState::Send(out) => {
-                        out.ptr = std::ptr::null();
-                        out.len = 0;
-                    }
+                    // A null pointer marks the bytes as gone; the length
+                    // stays, to check what the receiver asks for.
+                    ReqState::Send(out) => out.ptr = std::ptr::null(),
                 }
                 req.detached = true;
                 req.done.is_some()

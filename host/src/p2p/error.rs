@@ -68,6 +68,12 @@ pub enum P2pError {
     /// A member answered a communicator-creating call with data this one
     /// cannot read (the ranks did not make the same calls).
     Collective(&'static str),
+    /// The sender of a rendezvous gave it up (its blocking send stalled
+    /// and returned) before sending the data this receive asked for.
+    SendGivenUp {
+        /// The sender.
+        peer: Rank,
+    },
     /// Nothing arrived or completed for the stall limit
     /// (`p2p_stall_limit`) while waiting.
     Stalled {
@@ -150,6 +156,10 @@ impl fmt::Display for P2pError {
             Self::NotASubgroup => f.write_str("the group is not a subgroup of the communicator"),
             Self::NoContextId => f.write_str("no context id is free on every member"),
             Self::Collective(what) => write!(f, "collective call mismatch: {what}"),
+            Self::SendGivenUp { peer } => write!(
+                f,
+                "rank {peer} gave up the send (it stalled) before its data was sent"
+            ),
             Self::Stalled { limit } => write!(
                 f,
                 "nothing arrived or completed for {:.1} s",

@@ -348,6 +348,7 @@ impl Protocol {
                 receiver_request: d.receiver_request,
                 status: d.status,
             }),
+            Message::Cancel(c) => self.on_cancel(peer, c.receiver_request),
         }
     }
 
@@ -394,6 +395,21 @@ impl Protocol {
     /// A receive met its message: copy it, or start the rendezvous.
     pub(crate) fn matched(&mut self, id: ReqId, message: Matched<Arrived>) {
         self.completer().matched(id, message);
+    }
+
+    /// The sender of the rendezvous receive `id` asked for gave it up: no
+    /// data comes, and the receive fails.
+    fn on_cancel(&mut self, peer: Rank, id: ReqId) {
+        let waiting = match self.reqs.get(&id).map(|q| &q.state) {
+            Some(ReqState::Recv { rndv: Some(r), .. }) => {
+                r.peer == peer && !r.reading && r.split.is_none() && r.received == 0
+            }
+            _ => false,
+        };
+        if !waiting {
+            return self.violations.push((peer, Violation::UnknownRequest(id)));
+        }
+        self.complete(id, Err(P2pError::SendGivenUp { peer }));
     }
 
     /// A fragment of a pipelined message: copy what fits, complete the

@@ -123,9 +123,10 @@ impl P2p {
             return self.fail_peer(peer, P2pError::Protocol { peer, violation });
         };
         if out.ptr.is_null() {
-            // The caller let go of the bytes: nothing to write.
+            // The caller gave the send up and took its bytes back:
+            // nothing to write.
             drop(proto);
-            return self.tail_put(id, receiver_request, Err(P2pError::WriteRefused { peer }));
+            return self.tail_put(id, receiver_request, Err(P2pError::SendGivenUp { peer }));
         }
         out.putting = true;
         // SAFETY: `start < len`: the send's own bytes, kept alive and
@@ -188,10 +189,10 @@ impl P2p {
             return;
         }
         drop(proto);
-        let status = if result.is_ok() {
-            FinStatus::Done
-        } else {
-            FinStatus::Failed
+        let status = match result {
+            Ok(()) => FinStatus::Done,
+            Err(P2pError::SendGivenUp { .. }) => FinStatus::GivenUp,
+            Err(_) => FinStatus::Failed,
         };
         let done = PutDone {
             receiver_request,
