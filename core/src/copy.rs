@@ -23,6 +23,11 @@ pub const PIECE: usize = 2048;
 /// size of a core's second-level cache (512 KiB on the processors above).
 pub const PIECEWISE_BELOW: usize = 512 << 10;
 
+/// Longest copy made inline, in two overlapping moves, rather than by a
+/// call to `memcpy`: for a message's header or a short payload the call
+/// and `memcpy`'s choice of method cost more than the copy.
+pub const SHORT: usize = 32;
+
 /// Copies `src` into `dst`, like `dst.copy_from_slice(src)`, at full
 /// speed for any pair of alignments.
 ///
@@ -39,6 +44,9 @@ pub const PIECEWISE_BELOW: usize = 512 << 10;
 #[inline]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
+    if src.len() <= SHORT {
+        return copy_short(dst, src);
+    }
     let skew = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 64;
     if src.len() <= PIECE || src.len() >= PIECEWISE_BELOW || skew == 0 {
         dst.copy_from_slice(src);
@@ -49,11 +57,58 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// [`copy_bytes`] for at most [`SHORT`] bytes: the first and the last
+/// `N` bytes, for the largest `N` of 16, 8, 4 that fits, which together
+/// cover every byte.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n >= 16 {
+        copy_ends::<16>(dst, src);
+    } else if n >= 8 {
+        copy_ends::<8>(dst, src);
+    } else if n >= 4 {
+        copy_ends::<4>(dst, src);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    }
+}
+
+/// Copies the first and the last `N` bytes of `src` (`N <= len <= 2N`).
+#[inline(always)]
+fn copy_ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    let mut head = [0u8; N];
+    let mut tail = [0u8; N];
+    head.copy_from_slice(&src[..N]);
+    tail.copy_from_slice(&src[n - N..]);
+    dst[..N].copy_from_slice(&head);
+    dst[n - N..].copy_from_slice(&tail);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloc::vec;
     use alloc::vec::Vec;
+
+    #[test]
+    fn short_copies_take_every_byte_and_no_other() {
+        let src: Vec<u8> = (0..SHORT as u8 + 1)
+            .map(|i| i.wrapping_mul(37) ^ 0x5A)
+            .collect();
+        for len in 0..=SHORT + 1 {
+            for skew in [0usize, 1, 3, 8, 13] {
+                let mut dst = vec![0xAAu8; len + 32];
+                copy_bytes(&mut dst[skew..skew + len], &src[..len]);
+                assert_eq!(&dst[skew..skew + len], &src[..len], "len {len}");
+                assert!(dst[..skew].iter().all(|&b| b == 0xAA));
+                assert!(dst[skew + len..].iter().all(|&b| b == 0xAA));
+            }
+        }
+    }
 
     #[test]
     fn copies_every_byte_at_every_skew_and_length() {

@@ -589,7 +589,8 @@ impl Completer<'_> {
             // alive and untouched by its owner until the request completes
             // (owned here, or borrowed by a blocking receive that waits for
             // it); `data` is the message's own bytes, elsewhere.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), target.ptr, n) };
+            let to = unsafe { std::slice::from_raw_parts_mut(target.ptr, n) };
+            fireopal_core::copy::copy_bytes(to, &data[..n]);
         }
         let status = Status {
             source: env.source,

@@ -448,11 +448,17 @@ impl Messenger {
     }
 
     /// Carries out the module deregistrations the cache queued.
-    #[inline]
+    #[inline(always)]
     fn carry_out_releases(&mut self) {
-        if !self.registrations.released.queued.load(Ordering::Acquire) {
-            return;
+        // One load on every poll; the work, rare, out of line.
+        if self.registrations.released.queued.load(Ordering::Acquire) {
+            self.carry_out_queued_releases();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn carry_out_queued_releases(&mut self) {
         let list = {
             let mut list = self
                 .registrations
