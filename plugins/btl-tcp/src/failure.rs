@@ -81,7 +81,10 @@ impl TcpModule {
         self.close_conn(id);
         self.notices
             .push_back(Notice::PeerFailed(rank, error.clone()));
-        self.log(LogLevel::Warn, &format!("rank {rank} failed: {error}"));
+        self.log(
+            LogLevel::Warn,
+            &format!("rank {rank} lost on this link: {error}"),
+        );
     }
 
     /// Closes connection `id` (if it is taken out for processing, its
@@ -107,7 +110,10 @@ impl TcpModule {
         }
         self.notices
             .push_back(Notice::PeerFailed(rank, error.clone()));
-        self.log(LogLevel::Warn, &format!("rank {rank} failed: {error}"));
+        self.log(
+            LogLevel::Warn,
+            &format!("rank {rank} lost on this link: {error}"),
+        );
     }
 
     /// Marks `rank` failed with `error` and fails its queued sends and

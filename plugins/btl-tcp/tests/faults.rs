@@ -161,7 +161,11 @@ fn a_length_of_2_pow_40_is_refused_before_any_allocation() {
     let (_, e) = &procs[0].rec.failed[0];
     assert!(is_kind(e, ErrorKind::MALFORMED), "{e}");
     assert!(e.message.contains("1099511627776"), "{e}");
-    assert!(procs[0].logged("rank 2 failed"), "{}", procs[0].log_text());
+    assert!(
+        procs[0].logged("rank 2 lost on this link"),
+        "{}",
+        procs[0].log_text()
+    );
     assert_eq!(procs[0].rec.count_from(2), 1);
     still_working(&mut procs, 1);
 }
