@@ -10,7 +10,7 @@
 //! built-in and plugin modules are the same kind of object.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use abi_stable::prefix_type::PrefixTypeTrait;
@@ -52,26 +52,42 @@ pub fn catch_panic<R>(f: impl FnOnce() -> Result<R, PluginError>) -> RResult<R, 
     }
 }
 
-/// Poison state of one module: the message of the panic that broke it.
+/// Poison state of one module: whether a panic broke it, and the panic's
+/// message. The flag is what every call checks (a message or a poll
+/// crosses here), the message only read once broken.
 #[derive(Debug, Default)]
-struct Poison(RefCell<Option<String>>);
+struct Poison {
+    broken: Cell<bool>,
+    message: RefCell<String>,
+}
 
 impl Poison {
     /// Runs `f` unless poisoned; a panic poisons.
+    #[inline]
     fn run<R>(&self, f: impl FnOnce() -> Result<R, PluginError>) -> RResult<R, PluginError> {
-        if let Some(msg) = self.0.borrow().as_ref() {
-            return RErr(PluginError::new(
-                ErrorKind::POISONED,
-                format!("module unusable after an earlier panic: {msg}"),
-            ));
+        if self.broken.get() {
+            return RErr(self.refusal());
         }
         let result = catch_panic(f);
         if let RErr(e) = &result {
             if e.kind == ErrorKind::PANICKED {
-                *self.0.borrow_mut() = Some(e.message.to_string());
+                *self.message.borrow_mut() = e.message.to_string();
+                self.broken.set(true);
             }
         }
         result
+    }
+
+    /// The error of a call to a broken module.
+    #[cold]
+    fn refusal(&self) -> PluginError {
+        PluginError::new(
+            ErrorKind::POISONED,
+            format!(
+                "module unusable after an earlier panic: {}",
+                self.message.borrow()
+            ),
+        )
     }
 }
 

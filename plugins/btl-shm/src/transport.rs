@@ -147,6 +147,9 @@ struct State {
     /// Local indices of peers that are read from.
     active: Vec<u32>,
     local_of_rank: IdMap<Rank, u32>,
+    /// The rank last sent to and its local index: a stream of messages to
+    /// one peer does not look it up each time.
+    last_sent: Option<(Rank, u32)>,
     /// Peers with pending work.
     backlog: Vec<u32>,
     /// Queue fragments from senders not added yet, by local index.
@@ -297,6 +300,7 @@ impl ShmTransport {
                 peers: (0..local_size).map(|_| None).collect(),
                 active: Vec::new(),
                 local_of_rank: IdMap::default(),
+                last_sent: None,
                 backlog: Vec::new(),
                 stash: (0..local_size).map(|_| VecDeque::new()).collect(),
                 stashed: 0,
@@ -494,6 +498,7 @@ impl Transport for ShmTransport {
     fn remove_peer(&mut self, peer: Rank) -> Result<(), PluginError> {
         let p = self.st.peer_of(peer)?;
         self.st.local_of_rank.remove(&peer);
+        self.st.last_sent = None;
         self.st.active.retain(|&a| a != p);
         self.st.backlog.retain(|&a| a != p);
         if let Some(gone) = self.st.peers.get_mut(p as usize).and_then(Option::take) {
@@ -522,7 +527,14 @@ impl Transport for ShmTransport {
         let st = &mut self.st;
         let local = st.local as u16;
         let too_big = header.len() + payload.len() > st.cfg.sendi_max();
-        let p = st.local_of_rank.get(&peer).copied();
+        let p = match st.last_sent {
+            Some((rank, p)) if rank == peer => Some(p),
+            _ => {
+                let p = st.local_of_rank.get(&peer).copied();
+                st.last_sent = p.map(|p| (peer, p));
+                p
+            }
+        };
         let target = p
             .and_then(|p| st.peers.get_mut(p as usize))
             .and_then(Option::as_mut);

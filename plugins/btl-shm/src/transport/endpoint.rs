@@ -206,6 +206,7 @@ impl State {
         });
         self.active.push(a.local);
         self.local_of_rank.insert(a.rank, a.local);
+        self.last_sent = None;
         Ok((a.local, cma_ok))
     }
 }
