@@ -14,17 +14,15 @@ use fireopal_abi::btl::{Access, BtlFlags, MemRegion, Rank};
 use fireopal_core::group::Group;
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::p2p::{ContextId, Posted, RecvSpec, Source, Tag};
-use fireopal_core::wire::p2p::{
-    Cancel, Cts, Data, Eager, Envelope as WireEnvelope, FinStatus, RndvProtocol, Rts, MAX_KEY_LEN,
-};
+use fireopal_core::wire::p2p::{Eager, Envelope as WireEnvelope, RndvProtocol, Rts, MAX_KEY_LEN};
 
 use super::comm::{CommInner, ContextIds};
 use super::protocol::{
-    credit_header, fin_header, finish_status, Action, Arrived, Outgoing, Protocol, RecvTarget, Req,
-    ReqId, ReqState,
+    credit_header, fin_header, Action, Arrived, Outgoing, Protocol, RecvTarget, Req, ReqId,
+    ReqState,
 };
 use super::{Communicator, P2pError, Status};
-use crate::btl::{Class, Messenger, SendError, SendId, SendTicket, StallWatch};
+use crate::btl::{Messenger, SendError, SendId, StallWatch};
 use crate::param::ParamStore;
 
 /// The reserved active-message tag of the point-to-point protocol.
@@ -42,7 +40,7 @@ pub(super) enum LayerOp {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Config {
     eager_limit: u64,
-    pipeline_fragment: u64,
+    pub(super) pipeline_fragment: u64,
     /// Smallest message split between receiver and sender (0: never).
     pub(super) split_min: u64,
     /// Rendezvous read with `get` where the route offers it (else the
@@ -51,7 +49,7 @@ pub(super) struct Config {
     /// Reads in flight from one peer, on a route whose target serves
     /// them, beyond which its further rendezvous take the pipeline (0: no
     /// bound).
-    rget_reads: u32,
+    pub(super) rget_reads: u32,
     stall: Option<Duration>,
 }
 
@@ -71,7 +69,7 @@ pub struct P2p {
     seq_last: Option<((u32, Rank), u32)>,
     pub(super) layer_ops: HashMap<SendId, LayerOp, IdHash>,
     /// Rendezvous reads in flight, per peer.
-    reads: Vec<u32>,
+    pub(super) reads: Vec<u32>,
     epoch: u64,
     /// Peers failed by the messenger or for breaking the protocol.
     pub(super) failed: HashMap<Rank, P2pError>,
@@ -601,281 +599,6 @@ impl P2p {
                     status,
                 } => self.tail_written(peer, receiver_request, status),
             }
-        }
-    }
-
-    /// A protocol message with no data; a failure shows as the peer's.
-    pub(super) fn control(&mut self, peer: Rank, header: &[u8]) {
-        if self.failed.contains_key(&peer) {
-            return;
-        }
-        let _ = self.messenger.send_layer(peer, TAG_P2P, header, &[]);
-    }
-
-    /// Asks the sender of a rendezvous to send its data (CTS): the
-    /// pipeline.
-    fn ask_to_send(&mut self, peer: Rank, sender_request: u64, receiver_request: ReqId) {
-        let header = Cts {
-            sender_request,
-            receiver_request,
-        }
-        .encode();
-        self.control(peer, &header);
-    }
-
-    /// Reads a matched rendezvous into its receive buffer.
-    fn start_get(&mut self, id: ReqId) {
-        let mut proto = self.proto.borrow_mut();
-        let Some(ReqState::Recv {
-            target,
-            rndv: Some(r),
-            ..
-        }) = proto.reqs.get_mut(&id).map(|q| &mut q.state)
-        else {
-            return;
-        };
-        let (peer, ptr, take, address) = (r.peer, target.ptr, r.take, r.address);
-        // Where the peer's own progress serves reads over the stream its
-        // sends take (tcp), one read gives a lone message its lowest
-        // latency, and a window of them streams faster sent: a
-        // rendezvous beyond the bound asks the sender to send it.
-        let served = self
-            .messenger
-            .attributes(peer)
-            .is_some_and(|a| a.flags.contains(BtlFlags::TARGET_SERVES_RDMA));
-        let reads = self.reads.get(peer as usize).copied().unwrap_or(0);
-        let sent = served && self.config.rget_reads > 0 && reads >= self.config.rget_reads;
-        let (sender_request, key) = (
-            r.sender_request,
-            if sent { Vec::new() } else { r.key.clone() },
-        );
-        drop(proto);
-        if let Some(e) = self.failed.get(&peer).cloned() {
-            self.proto.borrow_mut().complete(id, Err(e));
-            return;
-        }
-        if sent {
-            return self.ask_to_send(peer, sender_request, id);
-        }
-        // A split message's head only; the sender writes the rest.
-        let read = self.offer_split(id, peer, ptr, take).unwrap_or(take);
-        // SAFETY: the receive buffer holds `read <= take <= cap` bytes at
-        // `ptr` and stays alive until the read completes: requests whose
-        // read is in flight are never dropped or detached from their
-        // buffer.
-        let region = unsafe { MemRegion::new(ptr, read) };
-        let needs_local = self
-            .messenger
-            .attributes(peer)
-            .is_some_and(|a| a.flags.contains(BtlFlags::NEEDS_LOCAL_REGISTRATION));
-        let local = if needs_local {
-            match self
-                .messenger
-                .register_memory(peer, region, Access::LOCAL_WRITE)
-            {
-                Ok(h) => Some(h),
-                Err(e) => return self.get_done(id, Err(P2pError::from(e))),
-            }
-        } else {
-            None
-        };
-        let started = self.messenger.rdma_class(
-            Class::Layer,
-            false,
-            peer,
-            region,
-            local.as_ref(),
-            address,
-            &key,
-        );
-        if let Some(ReqState::Recv { rndv: Some(r), .. }) = self
-            .proto
-            .borrow_mut()
-            .reqs
-            .get_mut(&id)
-            .map(|q| &mut q.state)
-        {
-            r.registration = local;
-            r.reading = matches!(started, Ok(SendTicket::Pending(_)));
-            if r.reading {
-                if let Some(n) = self.reads.get_mut(peer as usize) {
-                    *n += 1;
-                }
-            }
-        }
-        match started {
-            Ok(SendTicket::Done) => self.get_done(id, Ok(())),
-            Ok(SendTicket::Pending(sid)) => {
-                self.layer_ops.insert(sid, LayerOp::Get(id));
-            }
-            Err(e) => self.get_done(id, Err(P2pError::from(e))),
-        }
-    }
-
-    /// A rendezvous read ended. A split message also waits for the
-    /// sender's write of its tail.
-    fn get_done(&mut self, id: ReqId, result: Result<(), P2pError>) {
-        let mut proto = self.proto.borrow_mut();
-        let Some(ReqState::Recv { rndv: Some(r), .. }) =
-            proto.reqs.get_mut(&id).map(|q| &mut q.state)
-        else {
-            return;
-        };
-        if std::mem::take(&mut r.reading) {
-            if let Some(n) = self.reads.get_mut(r.peer as usize) {
-                *n = n.saturating_sub(1);
-            }
-        }
-        // A failed sender writes no more and never answers.
-        let sender_lives = !self.failed.contains_key(&r.peer);
-        if let Some(split) = r.split.as_mut().filter(|s| s.writing && sender_lives) {
-            split.read = Some(result);
-            return;
-        }
-        drop(proto);
-        self.finish_rendezvous(id, result);
-    }
-
-    /// Everything of a rendezvous receive arrived (or failed): release,
-    /// tell the sender, complete.
-    pub(super) fn finish_rendezvous(&mut self, id: ReqId, result: Result<(), P2pError>) {
-        let mut proto = self.proto.borrow_mut();
-        let Some(req) = proto.reqs.get_mut(&id) else {
-            return;
-        };
-        let ReqState::Recv {
-            rndv: Some(r),
-            status,
-            sent,
-            ..
-        } = &mut req.state
-        else {
-            return;
-        };
-        let (peer, sender_request) = (r.peer, r.sender_request);
-        let mut registrations: Vec<_> = r.registration.take().into_iter().collect();
-        // For a split message: how the sender's write of the tail ended
-        // (`None` if it never said: it failed).
-        let written = r.split.as_mut().map(|split| {
-            registrations.extend(split.registration.take());
-            split.written
-        });
-        let (status, sent) = (*status, *sent);
-        let result = match (result, written) {
-            (Ok(()), None | Some(Some(FinStatus::Done))) => Ok(()),
-            (Ok(()), Some(Some(FinStatus::GivenUp))) => Err(P2pError::SendGivenUp { peer }),
-            (Ok(()), Some(_)) => Err(self
-                .failed
-                .get(&peer)
-                .cloned()
-                .unwrap_or(P2pError::WriteRefused { peer })),
-            (Err(e), _) => Err(e),
-        };
-        let (fin, outcome) = match result {
-            Ok(()) => (FinStatus::Done, finish_status(status, sent)),
-            Err(P2pError::PeerFailed { peer, failure }) => (
-                FinStatus::Failed,
-                Err(P2pError::PeerFailed { peer, failure }),
-            ),
-            Err(P2pError::Send(error)) => {
-                (FinStatus::Failed, Err(P2pError::RemoteRead { peer, error }))
-            }
-            Err(e) => (FinStatus::Failed, Err(e)),
-        };
-        proto.complete(id, outcome);
-        drop(proto);
-        for h in registrations {
-            let _ = self.messenger.deregister_memory(h);
-        }
-        self.control(peer, &fin_header(sender_request, fin));
-    }
-
-    /// The receiver of a pipelined send is ready: send the data.
-    fn send_pipeline(&mut self, peer: Rank, id: ReqId, receiver_request: u64) {
-        let mut proto = self.proto.borrow_mut();
-        let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) else {
-            drop(proto);
-            return self.violation(peer, id);
-        };
-        if out.peer != peer {
-            drop(proto);
-            return self.violation(peer, id);
-        }
-        if out.ptr.is_null() && out.len > 0 {
-            // The caller gave the send up and took its bytes back: the
-            // receiver hears so rather than waiting for data.
-            let registration = out.registration.take();
-            proto.complete(id, Err(P2pError::SendGivenUp { peer }));
-            drop(proto);
-            if let Some(h) = registration {
-                let _ = self.messenger.deregister_memory(h);
-            }
-            let cancel = Cancel { receiver_request }.encode();
-            return self.control(peer, &cancel);
-        }
-        // A send announced for a read that its receiver asks to have sent
-        // instead no longer needs its registration.
-        let (ptr, len, registration) = (out.ptr, out.len, out.registration.take());
-        drop(proto);
-        if let Some(h) = registration {
-            let _ = self.messenger.deregister_memory(h);
-        }
-        let fragment = match (
-            self.config.pipeline_fragment,
-            self.messenger.attributes(peer),
-        ) {
-            (0, Some(a)) => a.max_send_size.saturating_sub(Data::LEN as u64),
-            (f, _) => f,
-        }
-        .clamp(1024, 1 << 30) as usize;
-        // SAFETY: the send's bytes stay alive and unchanged until its
-        // request completes, which happens below, after the last fragment
-        // was handed to the messenger (which copies what it does not send).
-        let data: &[u8] = if len == 0 || ptr.is_null() {
-            &[]
-        } else {
-            // SAFETY: as above.
-            unsafe { std::slice::from_raw_parts(ptr, len) }
-        };
-        let mut result = Ok(Status {
-            count: len,
-            ..Status::default()
-        });
-        for (i, chunk) in data.chunks(fragment).enumerate() {
-            let header = Data {
-                receiver_request,
-                offset: (i * fragment) as u64,
-            }
-            .encode();
-            if let Err(e) = self.messenger.send_layer(peer, TAG_P2P, &header, chunk) {
-                result = Err(P2pError::from(e));
-                break;
-            }
-        }
-        self.proto.borrow_mut().complete(id, result);
-    }
-
-    /// The receiver is done with a send's data.
-    fn finish_send(&mut self, peer: Rank, id: ReqId, status: FinStatus) {
-        let mut proto = self.proto.borrow_mut();
-        let (registration, len) = match proto.reqs.get_mut(&id).map(|r| &mut r.state) {
-            Some(ReqState::Send(out)) if out.peer == peer => (out.registration.take(), out.len),
-            _ => {
-                drop(proto);
-                return self.violation(peer, id);
-            }
-        };
-        let result = match status {
-            FinStatus::Done => Ok(Status {
-                count: len,
-                ..Status::default()
-            }),
-            FinStatus::Failed | FinStatus::GivenUp => Err(P2pError::ReadRefused { peer }),
-        };
-        proto.complete(id, result);
-        drop(proto);
-        if let Some(h) = registration {
-            let _ = self.messenger.deregister_memory(h);
         }
     }
 

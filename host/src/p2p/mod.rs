@@ -80,6 +80,7 @@ mod comm;
 mod endpoint;
 mod error;
 mod protocol;
+mod rendezvous;
 mod request;
 mod split;
 mod table;
