@@ -476,10 +476,8 @@ impl Completer<'_> {
         let Some(req) = self.reqs.get_mut(&id) else {
             return;
         };
-        if req.detached {
+        if settle(req, result.map_err(Box::new)) {
             self.reqs.remove(&id);
-        } else if req.done.is_none() {
-            req.done = Some(result.map_err(Box::new));
         }
     }
 
@@ -598,18 +596,17 @@ impl Completer<'_> {
             count: n,
         };
         let truncated = data.len() > target.cap;
+        let result = if truncated {
+            Err(Box::new(P2pError::Truncated {
+                status,
+                sent: data.len() as u64,
+            }))
+        } else {
+            Ok(status)
+        };
         // Completed where it lies, not looked up again.
-        if req.detached {
+        if settle(req, result) {
             self.reqs.remove(&id);
-        } else if req.done.is_none() {
-            req.done = Some(if truncated {
-                Err(Box::new(P2pError::Truncated {
-                    status,
-                    sent: data.len() as u64,
-                }))
-            } else {
-                Ok(status)
-            });
         }
         self.owe_credit(peer);
     }
@@ -626,6 +623,19 @@ impl Completer<'_> {
             self.actions.push_back(Action::Credit { peer, credits });
         }
     }
+}
+
+/// Completes `req` with `result`, unless it already completed; true when
+/// the caller let go of it, and it is to be forgotten instead.
+#[inline]
+fn settle(req: &mut Req, result: Result<Status, Box<P2pError>>) -> bool {
+    if req.detached {
+        return true;
+    }
+    if req.done.is_none() {
+        req.done = Some(result);
+    }
+    false
 }
 
 /// The `len` bytes at `ptr`.
