@@ -62,7 +62,6 @@ impl List {
     }
 
     /// Appends node `idx` of `slab`, through its link `k`.
-    #[cfg(test)]
     pub(super) fn push_back<T: Node<N>, const N: usize>(
         &mut self,
         slab: &mut Slab<T>,

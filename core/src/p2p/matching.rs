@@ -10,7 +10,7 @@ use hashbrown::hash_map::Entry;
 use super::bins::Bin;
 use super::error::{ArrivalError, ConfigError, Rejected, RetireError, StreamError};
 use super::events::{Arrival, Counts, Event, MatchConfig, Message, PostId, Posted, SourceFailure};
-use super::list::{push_new, Slab};
+use super::list::{push_new, Link, Slab};
 use super::state::{
     deliver, detach_post, first_unexpected, remove_listed, remove_msg, remove_unexpected, Context,
     Held, PostNode, Store, Stream, Tally, HALF,
@@ -84,6 +84,21 @@ impl<R, M> MatchEngine<R, M> {
             .contexts
             .get_or_insert_with(spec.context, || Context::new(spec.context));
         let store = &mut self.store;
+        let t = &ctx.bins.tally;
+        if t.posted == 0 && t.unexpected == 0 && ctx.failed_sources == 0 {
+            // Nothing to take and nothing queued: the receive waits alone.
+            let idx = store.posts.insert(PostNode {
+                spec,
+                stamp,
+                req,
+                link: [Link::UNLINKED],
+            });
+            ctx.lone = Some(idx);
+            ctx.bins.tally.posted += 1;
+            store.tally.posted += 1;
+            return Posted::Queued(PostId { idx, stamp });
+        }
+        ctx.list_lone(&mut store.posts);
         // A failed source's messages that arrived before the failure are
         // still taken (see `fail_source_keeping_arrived`).
         let list = match (spec.source, spec.tag) {
@@ -211,6 +226,7 @@ impl<R, M> MatchEngine<R, M> {
             exact,
             bins,
             streams,
+            lone,
             ..
         } = ctx;
         let source = envelope.source;
@@ -230,6 +246,7 @@ impl<R, M> MatchEngine<R, M> {
                 exact,
                 bins,
                 &mut stream.bin,
+                lone,
                 store,
                 message,
                 keep,
@@ -256,6 +273,7 @@ impl<R, M> MatchEngine<R, M> {
                     exact,
                     bins,
                     &mut stream.bin,
+                    lone,
                     store,
                     message,
                     |m| m,
@@ -336,7 +354,7 @@ impl<R, M> MatchEngine<R, M> {
         let ctx = self.contexts.get_mut(spec.context)?;
         let store = &mut self.store;
         let node = store.posts.remove(id.idx)?;
-        detach_post(ctx, &mut store.posts, &node);
+        detach_post(ctx, &mut store.posts, id.idx, &node);
         ctx.bins.tally.posted -= 1;
         store.tally.posted -= 1;
         Some(node.req)
@@ -379,6 +397,7 @@ impl<R, M> MatchEngine<R, M> {
             bins,
             streams,
             failed_sources,
+            lone,
             ..
         } = self
             .contexts
@@ -392,6 +411,12 @@ impl<R, M> MatchEngine<R, M> {
         // Receives: the source's any-tag bin, then its exact bins, which
         // are left empty.
         let mut idxs: Vec<usize> = stream.bin.posted.iter(&store.posts, 0).collect();
+        if let Some(idx) = *lone {
+            if store.posts.get(idx).map(|n| n.spec.source) == Some(Source::Rank(source)) {
+                *lone = None;
+                idxs.push(idx);
+            }
+        }
         for idx in &idxs {
             stream.bin.posted.unlink(&mut store.posts, *idx, 0);
         }

@@ -157,6 +157,11 @@ pub(super) struct Context<M> {
     pub(super) streams: Table<Stream<M>>,
     /// Streams with `failed` set (none: a receive skips that lookup).
     pub(super) failed_sources: usize,
+    /// The context's only queued receive, in no bin, when it was posted
+    /// with nothing queued or unexpected here: the arrival that takes it
+    /// (a blocking receive's, a ping-pong's) looks up no bin. Listed in
+    /// its bin when another receive is posted.
+    pub(super) lone: Option<usize>,
 }
 
 impl<M> Context<M> {
@@ -167,12 +172,42 @@ impl<M> Context<M> {
             bins: Bins::default(),
             streams: Table::default(),
             failed_sources: 0,
+            lone: None,
         }
     }
 
     /// Whether no receive or message is listed.
     pub(super) fn lists_nothing(&self) -> bool {
-        self.exact.is_empty() && self.bins.by_tag.is_empty() && self.bins.any.is_empty()
+        self.lone.is_none()
+            && self.exact.is_empty()
+            && self.bins.by_tag.is_empty()
+            && self.bins.any.is_empty()
+    }
+
+    /// Lists the lone receive, if there is one, in its bin: the context
+    /// is about to have another.
+    #[inline]
+    pub(super) fn list_lone<R>(&mut self, posts: &mut Slab<PostNode<R>>) {
+        let Some(idx) = self.lone.take() else { return };
+        let Some(spec) = posts.get(idx).map(|n| n.spec) else {
+            return;
+        };
+        let list = match (spec.source, spec.tag) {
+            (Source::Rank(s), Tag::Tag(t)) => &mut self.exact.filling((s, t)).posted,
+            (Source::Any, Tag::Tag(t)) => {
+                self.bins.any_source_posts += 1;
+                &mut self.bins.by_tag.filling(t).posted
+            }
+            (Source::Rank(s), Tag::Any) => {
+                &mut self
+                    .streams
+                    .get_or_insert_with(s, || Stream::new(s))
+                    .bin
+                    .posted
+            }
+            (Source::Any, Tag::Any) => &mut self.bins.any.posted,
+        };
+        list.push_back(posts, idx, 0);
     }
 
     /// Whether receives naming `source` can no longer be queued.
@@ -263,12 +298,18 @@ pub(super) fn remove_listed<R, M>(
     })
 }
 
-/// Takes a queued receive, already removed from the slab, out of its bin.
+/// Takes queued receive `idx`, already removed from the slab, out of its
+/// bin (or out of the lone place).
 pub(super) fn detach_post<R, M>(
     ctx: &mut Context<M>,
     posts: &mut Slab<PostNode<R>>,
+    idx: usize,
     node: &PostNode<R>,
 ) {
+    if ctx.lone == Some(idx) {
+        ctx.lone = None;
+        return;
+    }
     let bins = &mut ctx.bins;
     let [link] = node.link;
     match (node.spec.source, node.spec.tag) {
@@ -310,6 +351,7 @@ pub(super) fn deliver<R, M>(
     exact: &mut BinMap<(u32, i32)>,
     bins: &mut Bins,
     source_bin: &mut Bin,
+    lone: &mut Option<usize>,
     store: &mut Store<R, M>,
     message: Message<M>,
     keep: impl FnOnce(M) -> M,
@@ -319,9 +361,34 @@ pub(super) fn deliver<R, M>(
         msg,
         bytes,
     } = message;
+    // The context's only queued receive takes the message, or nothing
+    // does: no bin to look at.
+    if let Some(idx) = *lone {
+        if store.posts.get(idx).is_some_and(|n| n.spec.matches(&env)) {
+            if let Some(node) = store.posts.remove(idx) {
+                *lone = None;
+                bins.tally.posted -= 1;
+                store.tally.posted -= 1;
+                return Event::Matched {
+                    post: PostId {
+                        idx,
+                        stamp: node.stamp,
+                    },
+                    req: node.req,
+                    message: Message {
+                        envelope: env,
+                        msg,
+                        bytes,
+                    },
+                };
+            }
+        }
+    }
     let key = (env.source, env.tag);
     let exact_bin = exact.map.get_mut(&key);
-    let best = {
+    let best = if lone.is_some() {
+        None
+    } else {
         let posts = &store.posts;
         let stamp_of = |head: Option<usize>| head.and_then(|i| posts.get(i).map(|n| (n.stamp, i)));
         let mut best: Option<(u64, usize, Which)> = None;
