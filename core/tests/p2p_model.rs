@@ -215,17 +215,18 @@ impl Rng {
     }
 }
 
-fn random_spec(rng: &mut Rng) -> RecvSpec {
-    let context = ContextId(rng.below(u64::from(CONTEXTS)) as u32);
+fn random_spec(rng: &mut Rng, mix: Mix) -> RecvSpec {
+    let (contexts, sources, tags) = mix.widths();
+    let context = ContextId(rng.below(u64::from(contexts)) as u32);
     let source = if rng.chance(30) {
         Source::Any
     } else {
-        Source::Rank(rng.below(u64::from(SOURCES)) as u32)
+        Source::Rank(rng.below(u64::from(sources)) as u32)
     };
     let tag = if rng.chance(30) {
         Tag::Any
     } else {
-        Tag::Tag(rng.below(TAGS as u64) as i32)
+        Tag::Tag(rng.below(tags as u64) as i32)
     };
     RecvSpec::new(context, source, tag)
 }
@@ -243,10 +244,30 @@ fn short(events: Vec<Event<u32, u32>>) -> Vec<(Option<u32>, u32)> {
         .collect()
 }
 
+/// How [`run`] picks its operations.
+#[derive(Clone, Copy)]
+enum Mix {
+    /// Every kind, messages arriving in any order.
+    Any,
+    /// Posts, sends, takes and cancels on a few streams and tags, each
+    /// message arriving before the next is sent.
+    Conversation,
+}
+
+impl Mix {
+    /// How many contexts, sources and tags the traffic uses.
+    fn widths(self) -> (u32, u32, i32) {
+        match self {
+            Mix::Any => (CONTEXTS, SOURCES, TAGS),
+            Mix::Conversation => (1, 2, 2),
+        }
+    }
+}
+
 /// Runs `steps` random operations from `seed` through the engine and the
 /// model, comparing every answer; returns how many matches and holds it
-/// saw.
-fn run(seed: u64, steps: usize) -> (usize, usize) {
+/// saw, and how many matches took the lone receive's fast path.
+fn run(seed: u64, steps: usize, mix: Mix) -> (usize, usize, usize) {
     let mut rng = Rng::new(seed);
     let mut engine: MatchEngine<u32, u32> = MatchEngine::new();
     let max_ahead = engine.config().max_ahead;
@@ -256,7 +277,8 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
     let mut next_send: HashMap<(u32, u32), u32> = HashMap::new();
     let mut in_flight: Vec<(Envelope, u32, u32)> = Vec::new();
     let mut ids: HashMap<u32, PostId> = HashMap::new();
-    let (mut matches, mut holds) = (0, 0);
+    let (mut matches, mut holds, mut lone_taken) = (0, 0, 0);
+    let mut last_queued = None;
     // Some streams start just below the wrap.
     for ctx in 0..CONTEXTS {
         for src in 0..SOURCES {
@@ -269,10 +291,16 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
         }
     }
     for step in 0..steps as u32 {
-        let op = rng.below(100);
+        let op = match mix {
+            Mix::Any => rng.below(100),
+            // One message in flight at a time, delivered at once: few
+            // receives wait, often one alone.
+            Mix::Conversation if !in_flight.is_empty() => 55,
+            Mix::Conversation => [0, 0, 0, 30, 30, 30, 100, 100, 100, 90][rng.below(10) as usize],
+        };
         let (got, want) = match op {
             0..=29 => {
-                let spec = random_spec(&mut rng);
+                let spec = random_spec(&mut rng, mix);
                 let want = model.post(spec, step);
                 let got = match engine.post(spec, step) {
                     Posted::Matched { req, message } => {
@@ -281,6 +309,7 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
                     }
                     Posted::Queued(id) => {
                         ids.insert(step, id);
+                        last_queued = Some(spec);
                         Answer::PostQueued
                     }
                     Posted::SourceFailed(req) => {
@@ -292,9 +321,22 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
             }
             30..=54 => {
                 // Send: the message is in flight until an arrival picks it.
-                let ctx = rng.below(u64::from(CONTEXTS)) as u32;
-                let src = rng.below(u64::from(SOURCES)) as u32;
-                let tag = rng.below(TAGS as u64) as i32;
+                let (contexts, sources, tags) = mix.widths();
+                let mut ctx = rng.below(u64::from(contexts)) as u32;
+                let mut src = rng.below(u64::from(sources)) as u32;
+                let mut tag = rng.below(tags as u64) as i32;
+                // A conversation mostly answers the receive posted last.
+                if let (Mix::Conversation, Some(spec)) = (mix, last_queued.take()) {
+                    if rng.chance(70) {
+                        ctx = spec.context.0;
+                        if let Source::Rank(r) = spec.source {
+                            src = r;
+                        }
+                        if let Tag::Tag(t) = spec.tag {
+                            tag = t;
+                        }
+                    }
+                }
                 let seq = next_send.entry((ctx, src)).or_insert(0);
                 let env = Envelope {
                     context: ContextId(ctx),
@@ -331,25 +373,38 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
                     (got, want)
                 } else {
                     let want = model.arrive(env, seq, msg, max_ahead);
-                    let got = match engine.arrive(env, seq, msg, msg as usize, &mut events) {
-                        Ok(Arrival::Held) => {
-                            assert!(events.is_empty());
-                            Answer::Held
-                        }
-                        Ok(Arrival::Delivered { released }) => {
-                            assert_eq!(events.len(), released + 1);
-                            Answer::Arrived(short(std::mem::take(&mut events)))
-                        }
-                        Err(r) => {
-                            assert_eq!((r.envelope, r.msg), (env, msg));
-                            Answer::Refused(r.error)
+                    // Through the lone receive's fast path first (always in
+                    // a conversation, else half the time): it must take
+                    // exactly what `arrive` would.
+                    let lone = if matches!(mix, Mix::Conversation) || rng.chance(50) {
+                        engine.arrive_lone(env, seq)
+                    } else {
+                        None
+                    };
+                    let got = if let Some((_, req)) = lone {
+                        lone_taken += 1;
+                        Answer::Arrived(vec![(Some(req), msg)])
+                    } else {
+                        match engine.arrive(env, seq, msg, msg as usize, &mut events) {
+                            Ok(Arrival::Held) => {
+                                assert!(events.is_empty());
+                                Answer::Held
+                            }
+                            Ok(Arrival::Delivered { released }) => {
+                                assert_eq!(events.len(), released + 1);
+                                Answer::Arrived(short(std::mem::take(&mut events)))
+                            }
+                            Err(r) => {
+                                assert_eq!((r.envelope, r.msg), (env, msg));
+                                Answer::Refused(r.error)
+                            }
                         }
                     };
                     (got, want)
                 }
             }
             80..=85 => {
-                let spec = random_spec(&mut rng);
+                let spec = random_spec(&mut rng, mix);
                 let got = engine.probe(spec).map(|m| {
                     assert_eq!(m.bytes, *m.msg as usize);
                     (m.envelope, *m.msg)
@@ -357,7 +412,14 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
                 (Answer::Probed(got), Answer::Probed(model.probe(spec)))
             }
             86..=89 => {
-                let spec = random_spec(&mut rng);
+                let spec = random_spec(&mut rng, mix);
+                let got = engine.take(spec).map(|m| (m.envelope, m.msg));
+                (Answer::Took(got), Answer::Took(model.take(spec)))
+            }
+            100 => {
+                // Whatever waits in a context, so that it empties.
+                let ctx = rng.below(u64::from(CONTEXTS)) as u32;
+                let spec = RecvSpec::new(ContextId(ctx), Source::Any, Tag::Any);
                 let got = engine.take(spec).map(|m| (m.envelope, m.msg));
                 (Answer::Took(got), Answer::Took(model.take(spec)))
             }
@@ -365,7 +427,11 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
                 // Any id ever queued: most are still queued, some matched,
                 // cancelled or failed already.
                 let keys: Vec<u32> = ids.keys().copied().collect();
-                let req = keys[rng.below(keys.len() as u64) as usize];
+                let req = match mix {
+                    Mix::Any => keys[rng.below(keys.len() as u64) as usize],
+                    // The latest, most likely still queued: few wait.
+                    Mix::Conversation => keys.iter().copied().max().unwrap_or(0),
+                };
                 let got = engine.cancel(ids[&req]);
                 if rng.chance(80) {
                     ids.remove(&req);
@@ -413,21 +479,28 @@ fn run(seed: u64, steps: usize) -> (usize, usize) {
         let bytes: u64 = model.unexpected.iter().map(|u| u64::from(u.1)).sum();
         assert_eq!(counts.unexpected_bytes, bytes);
     }
-    (matches, holds)
+    (matches, holds, lone_taken)
 }
 
 #[test]
 fn random_traffic_matches_the_model() {
-    let (mut matches, mut holds) = (0, 0);
+    let (mut matches, mut holds, mut lone) = (0, 0, 0);
     for seed in 0..40u64 {
-        let (m, h) = run(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 3000);
+        let mix = if seed % 2 == 1 {
+            Mix::Conversation
+        } else {
+            Mix::Any
+        };
+        let (m, h, l) = run(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 3000, mix);
         matches += m;
         holds += h;
+        lone += l;
     }
-    // The traffic does match and hold (the test is not vacuous).
+    // The traffic does match, hold and take the fast path (the test is
+    // not vacuous).
     assert!(
-        matches > 5_000 && holds > 2_000,
-        "{matches} matches, {holds} holds"
+        matches > 5_000 && holds > 1_000 && lone > 100,
+        "{matches} matches, {holds} holds, {lone} through the lone receive"
     );
 }
 
@@ -436,6 +509,7 @@ proptest! {
 
     #[test]
     fn any_seed_matches_the_model(seed in any::<u64>()) {
-        run(seed, 1500);
+        let _ = run(seed, 1500, Mix::Any);
+        let _ = run(seed, 1500, Mix::Conversation);
     }
 }

@@ -165,58 +165,88 @@ pub(super) fn push_new<T: Node<N>, const N: usize>(
     idx
 }
 
-/// Nodes addressed by index; freed indices are reused.
+/// Nodes addressed by index; freed indices are reused, last freed first.
+/// The free slots form a list through the slots themselves, so that
+/// storing and freeing touch one slot and no other vector.
 #[derive(Debug)]
 pub(super) struct Slab<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<usize>,
+    slots: Vec<Entry<T>>,
+    /// The first free slot, or `NIL`.
+    free: usize,
+    len: usize,
+}
+
+#[derive(Debug)]
+enum Entry<T> {
+    Full(T),
+    /// A free slot and the next free one (or `NIL`).
+    Free(usize),
 }
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
         Slab {
             slots: Vec::new(),
-            free: Vec::new(),
+            free: NIL,
+            len: 0,
         }
     }
 }
 
 impl<T> Slab<T> {
     /// Stores `value` and returns its index.
+    #[inline]
     pub(super) fn insert(&mut self, value: T) -> usize {
-        match self.free.pop() {
-            Some(idx) => {
-                self.slots[idx] = Some(value);
-                idx
-            }
-            None => {
-                self.slots.push(Some(value));
-                self.slots.len() - 1
+        self.len += 1;
+        let idx = self.free;
+        if let Some(entry) = self.slots.get_mut(idx) {
+            if let Entry::Free(next) = *entry {
+                self.free = next;
+                *entry = Entry::Full(value);
+                return idx;
             }
         }
+        self.slots.push(Entry::Full(value));
+        self.slots.len() - 1
     }
 
     /// Takes the value at `idx` out, freeing the index.
+    #[inline]
     pub(super) fn remove(&mut self, idx: usize) -> Option<T> {
-        let value = self.slots.get_mut(idx)?.take()?;
-        self.free.push(idx);
+        let entry = self.slots.get_mut(idx)?;
+        if let Entry::Free(_) = entry {
+            return None;
+        }
+        let Entry::Full(value) = core::mem::replace(entry, Entry::Free(self.free)) else {
+            return None;
+        };
+        self.free = idx;
+        self.len -= 1;
         Some(value)
     }
 
     /// The value at `idx`, if that index is in use.
+    #[inline]
     pub(super) fn get(&self, idx: usize) -> Option<&T> {
-        self.slots.get(idx)?.as_ref()
+        match self.slots.get(idx)? {
+            Entry::Full(value) => Some(value),
+            Entry::Free(_) => None,
+        }
     }
 
     /// The value at `idx`, if that index is in use.
+    #[inline]
     pub(super) fn get_mut(&mut self, idx: usize) -> Option<&mut T> {
-        self.slots.get_mut(idx)?.as_mut()
+        match self.slots.get_mut(idx)? {
+            Entry::Full(value) => Some(value),
+            Entry::Free(_) => None,
+        }
     }
 
     /// How many values are stored.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.len
     }
 
     fn link<const N: usize>(&mut self, idx: usize, k: usize) -> Option<&mut Link>

@@ -278,17 +278,25 @@ impl Protocol {
     pub(crate) fn on_message(&mut self, msg: &Incoming<'_>) {
         // Eager messages are most messages: parsed and matched here, the
         // other kinds out of line.
-        match wire::Eager::decode(msg.header) {
-            Some(e) => {
-                let arrived = Arrived::Inline {
-                    peer: msg.peer,
-                    ptr: msg.payload.as_ptr(),
-                    len: msg.payload.len(),
-                };
-                self.arrive(msg.peer, e.envelope, arrived, msg.payload.len());
-            }
-            None => self.on_control(msg),
+        let Some(e) = wire::Eager::decode(msg.header) else {
+            return self.on_control(msg);
+        };
+        let (peer, env) = (msg.peer, e.envelope);
+        if !self.from_its_source(peer, &env) {
+            return;
         }
+        // The commonest case first: the one receive waiting takes it.
+        if let Some((_, id)) = self.engine.arrive_lone(envelope_of(&env), env.seq) {
+            return self
+                .completer()
+                .deliver_eager(id, envelope_of(&env), peer, msg.payload);
+        }
+        let arrived = Arrived::Inline {
+            peer,
+            ptr: msg.payload.as_ptr(),
+            len: msg.payload.len(),
+        };
+        self.arrive_checked(peer, env, arrived, msg.payload.len());
     }
 
     /// A message other than a well-formed eager one.
@@ -353,20 +361,29 @@ impl Protocol {
     }
 
     fn arrive(&mut self, peer: Rank, env: wire::Envelope, arrived: Arrived, bytes: usize) {
-        // The source a message names must be the process it came from,
-        // where this process knows the communicator.
+        if self.from_its_source(peer, &env) {
+            self.arrive_checked(peer, env, arrived, bytes);
+        }
+    }
+
+    /// Whether the source `env` names is the process `peer` it came from,
+    /// where this process knows the communicator; if not, `peer` broke
+    /// the protocol.
+    #[inline]
+    fn from_its_source(&mut self, peer: Rank, env: &wire::Envelope) -> bool {
         if let Some(group) = self.groups.get(env.context / 2) {
             if group.lookup(env.source) != Some(peer) {
-                return self
-                    .violations
+                self.violations
                     .push((peer, Violation::WrongSource(env.source)));
+                return false;
             }
         }
-        let envelope = Envelope {
-            context: ContextId(env.context),
-            source: env.source,
-            tag: env.tag,
-        };
+        true
+    }
+
+    /// A message from its source goes to matching.
+    fn arrive_checked(&mut self, peer: Rank, env: wire::Envelope, arrived: Arrived, bytes: usize) {
+        let envelope = envelope_of(&env);
         let (engine, mut completer) = self.split();
         let result =
             engine.arrive_with(
@@ -636,6 +653,16 @@ fn settle(req: &mut Req, result: Result<Status, Box<P2pError>>) -> bool {
         req.done = Some(result);
     }
     false
+}
+
+/// The matching envelope of a message's wire envelope.
+#[inline]
+fn envelope_of(env: &wire::Envelope) -> Envelope {
+    Envelope {
+        context: ContextId(env.context),
+        source: env.source,
+        tag: env.tag,
+    }
 }
 
 /// The `len` bytes at `ptr`.
