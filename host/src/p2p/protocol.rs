@@ -282,7 +282,7 @@ impl Protocol {
             return self.on_control(msg);
         };
         let (peer, env) = (msg.peer, e.envelope);
-        if !self.from_its_source(peer, &env) {
+        if !self.source_is_sender(peer, &env) {
             return;
         }
         // The commonest case first: the one receive waiting takes it.
@@ -361,7 +361,7 @@ impl Protocol {
     }
 
     fn arrive(&mut self, peer: Rank, env: wire::Envelope, arrived: Arrived, bytes: usize) {
-        if self.from_its_source(peer, &env) {
+        if self.source_is_sender(peer, &env) {
             self.arrive_checked(peer, env, arrived, bytes);
         }
     }
@@ -370,7 +370,7 @@ impl Protocol {
     /// where this process knows the communicator; if not, `peer` broke
     /// the protocol.
     #[inline]
-    fn from_its_source(&mut self, peer: Rank, env: &wire::Envelope) -> bool {
+    fn source_is_sender(&mut self, peer: Rank, env: &wire::Envelope) -> bool {
         if let Some(group) = self.groups.get(env.context / 2) {
             if group.lookup(env.source) != Some(peer) {
                 self.violations
