@@ -83,7 +83,7 @@ pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (`peer-death` leaves the job one
 /// rank short, so it is last).
-pub const CASES: [(&str, Case); 12] = [
+pub const CASES: [(&str, Case); 13] = [
     ("eager-and-rendezvous", case_eager_and_rendezvous),
     ("wildcards", case_wildcards),
     ("ordering", case_ordering),
@@ -95,6 +95,7 @@ pub const CASES: [(&str, Case); 12] = [
     ("random", random::case_random),
     ("reregistration", registration::case_reregistration),
     ("given-up-send", given_up::case_given_up_send),
+    ("given-up-recv", given_up::case_given_up_recv),
     ("peer-death", death::case_peer_death),
 ];
 

@@ -20,6 +20,7 @@ use fireopal_core::group::Group;
 use fireopal_core::p2p::{ContextId, Source, Tag};
 
 use super::protocol::RecvTarget;
+use super::request::recv_spec;
 use super::{P2p, P2pError};
 
 /// Context ids a process can hand out (the world has 0).
@@ -267,7 +268,8 @@ impl P2p {
                 cap: 0,
                 owned: None,
             };
-            notices.push(self.start_recv(&comm, context, Source::Rank(r), tag, nowhere, failed));
+            let spec = recv_spec(context, Source::Rank(r), tag);
+            notices.push(self.start_recv(&comm, spec, nowhere, failed, false));
         }
         for r in 0..comm.size() {
             if let Err(e) = self.send_on(&comm, context, r, TAG_FREE, &[]) {

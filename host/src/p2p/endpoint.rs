@@ -462,21 +462,26 @@ impl P2p {
         }
     }
 
-    /// Posts a receive on `context` of `comm`, whose arguments passed
-    /// [`check_recv`](Self::check_recv) (`failed_peer` is its answer).
+    /// Posts a receive of `comm` (`spec` names one of its contexts), whose
+    /// arguments passed [`check_recv`](Self::check_recv) (`failed_peer` is
+    /// its answer); `parked` for the one receive a blocking call waits for
+    /// (see the `table` module).
     pub(super) fn start_recv(
         &mut self,
         comm: &Communicator,
-        context: u32,
-        source: Source,
-        tag: Tag,
+        spec: RecvSpec,
         target: RecvTarget,
         failed_peer: Option<P2pError>,
+        parked: bool,
     ) -> ReqId {
-        let spec = RecvSpec::new(ContextId(context), source, tag);
+        let source = spec.source;
         let mut proto = self.proto.borrow_mut();
         // The request is stored once the engine said where it is posted.
-        let id = proto.reqs.reserve();
+        let id = if parked {
+            proto.reqs.reserve_parked()
+        } else {
+            proto.reqs.reserve()
+        };
         let posted = proto.engine.post(spec, id);
         let post = match &posted {
             Posted::Queued(post) if failed_peer.is_none() => Some(*post),
@@ -689,11 +694,12 @@ impl P2p {
     }
 
     /// Whether request `id` has completed.
+    #[inline]
     pub(super) fn is_done(&self, id: ReqId) -> bool {
-        self.proto
-            .borrow()
+        let proto = self.proto.borrow();
+        proto
             .reqs
-            .get(&id)
+            .get(&proto.reqs.resolve(id))
             .is_none_or(|r| r.done.is_some())
     }
 
@@ -715,6 +721,7 @@ impl P2p {
     /// waited for (the transport writes the buffer until it ends), and
     /// anything else stops touching the buffer.
     pub(super) fn abandon(&mut self, id: ReqId) {
+        let id = self.proto.borrow().reqs.resolve(id);
         let cancel = {
             let proto = self.proto.borrow();
             match proto.reqs.get(&id).map(|r| &r.state) {

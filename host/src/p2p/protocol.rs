@@ -13,7 +13,7 @@ use fireopal_core::group::Group;
 use fireopal_core::p2p::{ContextId, Envelope, Event, MatchEngine, Message as Matched, PostId};
 use fireopal_core::wire::p2p::{self as wire, Credit, Fin, FinStatus, Message, RndvProtocol};
 
-use super::table::ReqTable;
+use super::table::{ReqTable, PARKED};
 use super::{P2pError, Status, Violation};
 use crate::btl::{Incoming, MemoryHandle};
 
@@ -512,7 +512,15 @@ impl Completer<'_> {
                 let data = unsafe { bytes_at(ptr, len) };
                 self.deliver_eager(id, env, peer, data);
             }
-            Arrived::Rts(_) => self.matched_rendezvous(id, message),
+            Arrived::Rts(_) => {
+                // The rendezvous names the receive on the wire: a parked
+                // one takes an id of its own first.
+                let id = match id {
+                    PARKED => self.reqs.unpark().unwrap_or(id),
+                    id => id,
+                };
+                self.matched_rendezvous(id, message)
+            }
         }
     }
 

@@ -16,6 +16,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::rc::Rc;
 
+use fireopal_core::p2p::{ContextId, RecvSpec};
+
 use super::endpoint::Started;
 use super::protocol::{Protocol, RecvTarget, ReqId, ReqState};
 use super::{Communicator, P2p, P2pError, Source, Status, Tag};
@@ -99,6 +101,11 @@ impl<B> From<Failure<B>> for P2pError {
 /// The context of a communicator's point-to-point traffic.
 pub(super) fn p2p_context(comm: &Communicator) -> u32 {
     comm.context_id() * 2
+}
+
+/// What a receive on `context` from `source` with `tag` accepts.
+pub(super) fn recv_spec(context: u32, source: Source, tag: Tag) -> RecvSpec {
+    RecvSpec::new(ContextId(context), source, tag)
 }
 
 impl P2p {
@@ -257,7 +264,8 @@ impl P2p {
             cap,
             owned: Some(keep),
         };
-        let id = self.start_recv(comm, p2p_context(comm), source, tag, target, failed_peer);
+        let spec = recv_spec(p2p_context(comm), source, tag);
+        let id = self.start_recv(comm, spec, target, failed_peer, false);
         self.request(Some(id), None)
     }
 
@@ -407,7 +415,8 @@ impl P2p {
             cap: buf.len(),
             owned: None,
         };
-        let id = self.start_recv(comm, context, source, tag, target, failed_peer);
+        let spec = recv_spec(context, source, tag);
+        let id = self.start_recv(comm, spec, target, failed_peer, true);
         self.finish_blocking(id)
     }
 
@@ -420,7 +429,11 @@ impl P2p {
         }
         // A blocking call's buffer is borrowed, not owned: only the
         // result comes out.
-        let done = self.proto.borrow_mut().reqs.take_done(&id);
+        let done = {
+            let mut proto = self.proto.borrow_mut();
+            let id = proto.reqs.resolve(id);
+            proto.reqs.take_done(&id)
+        };
         match done {
             Some(Ok(status)) => Ok(status),
             Some(Err(e)) => Err(*e),

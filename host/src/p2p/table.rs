@@ -2,6 +2,14 @@
 //! is its slot and the slot's generation, so an id that outlived its
 //! request (a late FIN, a dropped handle) finds nothing rather than the
 //! slot's next request, and no lookup hashes.
+//!
+//! The receive of a blocking `recv` is parked apart, under [`PARKED`]:
+//! the commonest request takes no slot, and the wait for it looks in one
+//! place. It moves into a slot, with an id of its own, when it meets a
+//! rendezvous, whose messages name the receive on the wire; the waiter
+//! follows it there ([`ReqTable::resolve`]). A parked receive never has a
+//! rendezvous, so a peer's message that names id 0 finds nothing it
+//! accepts.
 
 use super::protocol::{Req, ReqId};
 use super::{P2pError, Status};
@@ -12,11 +20,17 @@ struct Slot {
     req: Option<Req>,
 }
 
+/// The id of the parked receive; no slot's id (those are never 0).
+pub(crate) const PARKED: ReqId = 0;
+
 /// Requests by id.
 #[derive(Default)]
 pub(crate) struct ReqTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
+    parked: Option<Req>,
+    /// The id the parked receive moved to, or `PARKED` while it has not.
+    moved: ReqId,
 }
 
 fn split(id: ReqId) -> (usize, u32) {
@@ -48,8 +62,44 @@ impl ReqTable {
         u64::from(slot.generation) << 32 | index as u64
     }
 
-    /// Stores `req` under the id [`reserve`](Self::reserve) gave.
+    /// [`PARKED`] if no receive is parked, for a blocking receive to
+    /// [`fill`](Self::fill); else an id as [`reserve`](Self::reserve)
+    /// gives.
+    pub(crate) fn reserve_parked(&mut self) -> ReqId {
+        if self.parked.is_some() {
+            return self.reserve();
+        }
+        self.moved = PARKED;
+        PARKED
+    }
+
+    /// Moves the parked receive into a slot and returns its new id, which
+    /// [`resolve`](Self::resolve) gives for [`PARKED`] from now on; `None`
+    /// if nothing is parked.
+    pub(crate) fn unpark(&mut self) -> Option<ReqId> {
+        let req = self.parked.take()?;
+        let id = self.insert(req);
+        self.moved = id;
+        Some(id)
+    }
+
+    /// The id under which the request the caller knows as `id` is now:
+    /// `id` itself, except for a parked receive that moved.
+    pub(crate) fn resolve(&self, id: ReqId) -> ReqId {
+        if id == PARKED && self.parked.is_none() && self.moved != PARKED {
+            self.moved
+        } else {
+            id
+        }
+    }
+
+    /// Stores `req` under the id [`reserve`](Self::reserve) or
+    /// [`reserve_parked`](Self::reserve_parked) gave.
     pub(crate) fn fill(&mut self, id: ReqId, req: Req) {
+        if id == PARKED {
+            self.parked = Some(req);
+            return;
+        }
         let (index, generation) = split(id);
         if let Some(slot) = self.slots.get_mut(index) {
             if slot.generation == generation {
@@ -58,13 +108,21 @@ impl ReqTable {
         }
     }
 
+    #[inline]
     pub(crate) fn get(&self, id: &ReqId) -> Option<&Req> {
+        if *id == PARKED {
+            return self.parked.as_ref();
+        }
         let (index, generation) = split(*id);
         let slot = self.slots.get(index)?;
         (slot.generation == generation).then_some(slot.req.as_ref()?)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: &ReqId) -> Option<&mut Req> {
+        if *id == PARKED {
+            return self.parked.as_mut();
+        }
         let (index, generation) = split(*id);
         let slot = self.slots.get_mut(index)?;
         if slot.generation != generation {
@@ -76,6 +134,13 @@ impl ReqTable {
     /// Drops request `id` where it lies (a request is large: moving it
     /// out costs more than the few fields a caller wants from it).
     pub(crate) fn remove(&mut self, id: &ReqId) {
+        if *id == PARKED {
+            self.parked = None;
+            return;
+        }
+        if *id == self.moved {
+            self.moved = PARKED;
+        }
         let (index, generation) = split(*id);
         let Some(slot) = self.slots.get_mut(index) else {
             return;
@@ -89,6 +154,14 @@ impl ReqTable {
     /// Takes the result of request `id` out, and the request with it,
     /// if it has completed.
     pub(crate) fn take_done(&mut self, id: &ReqId) -> Option<Result<Status, Box<P2pError>>> {
+        if *id == PARKED {
+            let done = self.parked.as_mut()?.done.take()?;
+            self.parked = None;
+            return Some(done);
+        }
+        if *id == self.moved {
+            self.moved = PARKED;
+        }
         let (index, generation) = split(*id);
         let slot = self.slots.get_mut(index)?;
         if slot.generation != generation {
@@ -102,10 +175,75 @@ impl ReqTable {
 
     /// Every request with its id.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (ReqId, &Req)> {
-        self.slots.iter().enumerate().filter_map(|(i, s)| {
-            s.req
-                .as_ref()
-                .map(|r| (u64::from(s.generation) << 32 | i as u64, r))
-        })
+        let parked = self.parked.as_ref().map(|r| (PARKED, r));
+        parked
+            .into_iter()
+            .chain(self.slots.iter().enumerate().filter_map(|(i, s)| {
+                s.req
+                    .as_ref()
+                    .map(|r| (u64::from(s.generation) << 32 | i as u64, r))
+            }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::p2p::protocol::{RecvTarget, ReqState};
+
+    fn receive() -> Req {
+        Req {
+            state: ReqState::Recv {
+                target: RecvTarget {
+                    ptr: std::ptr::null_mut(),
+                    cap: 0,
+                    owned: None,
+                },
+                post: None,
+                rndv: None,
+                status: None,
+                sent: 0,
+            },
+            done: None,
+            detached: false,
+        }
+    }
+
+    #[test]
+    fn a_parked_receive_takes_no_slot_until_it_moves() {
+        let mut table = ReqTable::default();
+        let id = table.reserve_parked();
+        assert_eq!(id, PARKED);
+        table.fill(id, receive());
+        assert!(table.slots.is_empty(), "no slot for the parked receive");
+        assert_eq!(table.take_done(&id).map(|_| ()), None, "not done yet");
+        assert!(table.get(&PARKED).is_some());
+        // A second blocking receive while one is parked takes a slot.
+        let other = table.reserve_parked();
+        assert_ne!(other, PARKED);
+        table.fill(other, receive());
+        table.remove(&other);
+
+        // It moves when it needs an id of its own; the waiter follows.
+        let moved = table.unpark().expect("parked");
+        assert_ne!(moved, PARKED);
+        assert_eq!(table.resolve(PARKED), moved);
+        assert!(table.get(&PARKED).is_none(), "id 0 names nothing now");
+        if let Some(req) = table.get_mut(&moved) {
+            req.done = Some(Ok(Status::default()));
+        }
+        assert!(table.take_done(&table.resolve(PARKED)).is_some());
+        assert_eq!(table.resolve(PARKED), PARKED, "forgotten once taken");
+        assert!(table.iter().next().is_none());
+
+        // Parked and done, it is taken in place.
+        let id = table.reserve_parked();
+        table.fill(id, receive());
+        assert_eq!(table.iter().map(|(i, _)| i).collect::<Vec<_>>(), [PARKED]);
+        if let Some(req) = table.get_mut(&id) {
+            req.done = Some(Ok(Status::default()));
+        }
+        assert!(table.take_done(&id).is_some());
+        assert!(table.get(&PARKED).is_none());
     }
 }

@@ -1,7 +1,12 @@
-//! The `given-up-send` case: a blocking rendezvous send that stalls
-//! returns its buffer to the caller, and the receive that matches it later
-//! ends, with an error naming the sender where the data would have been
-//! sent (the pipeline), instead of waiting for data that never comes.
+//! Blocking calls that give up after a stall.
+//!
+//! - `given-up-send`: a blocking rendezvous send that stalls returns its
+//!   buffer to the caller, and the receive that matches it later ends,
+//!   with an error naming the sender where the data would have been sent
+//!   (the pipeline), instead of waiting for data that never comes.
+//! - `given-up-recv`: a blocking receive that stalls is withdrawn, so the
+//!   messages sent after it go to the receives posted later, not into the
+//!   buffer its caller took back.
 
 use std::time::Duration;
 
@@ -72,6 +77,77 @@ pub(super) fn case_given_up_send(c: &mut Ctx) -> Result<Outcome, String> {
                     return Err("a receive read a given-up buffer with wrong bytes".into())
                 }
                 Ok(_) => {}
+            }
+        }
+        _ => {}
+    }
+    c.barrier()?;
+    Ok(Outcome::Passed)
+}
+
+/// The receiver's stall limit: nothing is sent before its receive gave
+/// up, so the stall happens however busy the machine is.
+const RECEIVER_STALL: Duration = Duration::from_millis(300);
+
+/// Rank 1 waits in a blocking receive, from rank 0 and from anyone, with
+/// a short stall limit while rank 0 sends nothing, so each gives up; only
+/// then does rank 0 send an eager and a rendezvous message that both
+/// withdrawn receives would have matched. Fresh receives must get them
+/// whole.
+pub(super) fn case_given_up_recv(c: &mut Ctx) -> Result<Outcome, String> {
+    if c.size < 2 {
+        return Ok(Outcome::NotApplicable("needs 2 ranks".into()));
+    }
+    let world = c.world.clone();
+    let small = pattern(key(&[11]), 8);
+    let large = pattern(key(&[12]), LEN);
+    c.barrier()?;
+    match c.rank {
+        0 => {
+            let p2p = c.rt.p2p();
+            p2p.recv(&world, Source::Rank(1), Tag::Tag(TAG_GO), &mut [])
+                .map_err(fail("the go-ahead"))?;
+            p2p.send(&world, 1, TAG, &small)
+                .map_err(fail("the eager message"))?;
+            p2p.send(&world, 1, TAG, &large)
+                .map_err(fail("the rendezvous message"))?;
+        }
+        1 => {
+            let p2p = c.rt.p2p();
+            let limit = p2p.stall_limit();
+            p2p.set_stall_limit(Some(RECEIVER_STALL));
+            let mut lost = vec![0u8; LEN];
+            let named = p2p.recv(&world, Source::Rank(0), Tag::Tag(TAG), &mut lost);
+            let any = p2p.recv(&world, Source::Any, Tag::Any, &mut lost);
+            p2p.set_stall_limit(limit);
+            for (what, got) in [("named", named), ("wildcard", any)] {
+                match got {
+                    Err(P2pError::Stalled { .. }) => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "the unmatched {what} receive failed otherwise: {e}"
+                        ))
+                    }
+                    Ok(_) => return Err(format!("a {what} receive nothing was sent to completed")),
+                }
+            }
+            p2p.send(&world, 0, TAG_GO, &[])
+                .map_err(fail("the go-ahead"))?;
+            let mut buf = vec![0u8; LEN];
+            let first = p2p
+                .recv(&world, Source::Rank(0), Tag::Tag(TAG), &mut buf)
+                .map_err(fail("the eager message"))?;
+            if first.count != small.len() || buf[..small.len()] != small[..] {
+                return Err("the eager message did not reach the later receive".into());
+            }
+            let second = p2p
+                .recv(&world, Source::Rank(0), Tag::Tag(TAG), &mut buf)
+                .map_err(fail("the rendezvous message"))?;
+            if second.count != LEN || buf != large {
+                return Err("the rendezvous message did not reach the later receive".into());
+            }
+            if lost.iter().any(|&b| b != 0) {
+                return Err("a withdrawn receive's buffer was written".into());
             }
         }
         _ => {}
