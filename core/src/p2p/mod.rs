@@ -91,6 +91,14 @@
 //! by index, so that [`MatchEngine::cancel`] and the unlinking of a matched
 //! message from its other lists are `O(1)`.
 //!
+//! A receive posted into a context with nothing queued and nothing
+//! unexpected waits *alone*, in no bin: a blocking receive, each turn of a
+//! ping-pong. The arrival that it takes looks up no bin, and
+//! [`MatchEngine::arrive_lone`] serves that case on its own (an in-order
+//! message the lone receive accepts, nothing held behind it) without
+//! building an event. A second receive posted into the context first
+//! lists the lone one in its bin, which keeps the post order.
+//!
 //! What is not `O(1)`: [`MatchEngine::fail_source`] visits the exact bins
 //! of the context to find the receives naming the failed source, and
 //! releasing `k` held messages costs `O(k)`. No call allocates once the
