@@ -367,20 +367,12 @@ pub(super) fn deliver<R, M>(
         if store.posts.get(idx).is_some_and(|n| n.spec.matches(&env)) {
             if let Some(node) = store.posts.remove(idx) {
                 *lone = None;
-                bins.tally.posted -= 1;
-                store.tally.posted -= 1;
-                return Event::Matched {
-                    post: PostId {
-                        idx,
-                        stamp: node.stamp,
-                    },
-                    req: node.req,
-                    message: Message {
-                        envelope: env,
-                        msg,
-                        bytes,
-                    },
+                let message = Message {
+                    envelope: env,
+                    msg,
+                    bytes,
                 };
+                return took(bins, &mut store.tally, idx, node, message);
             }
         }
     }
@@ -437,20 +429,12 @@ pub(super) fn deliver<R, M>(
             Which::BySource => source_bin.posted.detach(posts, link, 0),
             Which::Any => bins.any.posted.detach(posts, link, 0),
         }
-        bins.tally.posted -= 1;
-        store.tally.posted -= 1;
-        return Event::Matched {
-            post: PostId {
-                idx,
-                stamp: node.stamp,
-            },
-            req: node.req,
-            message: Message {
-                envelope: env,
-                msg,
-                bytes,
-            },
+        let message = Message {
+            envelope: env,
+            msg,
+            bytes,
         };
+        return took(bins, &mut store.tally, idx, node, message);
     }
 
     let exact_bin = match exact_bin {
@@ -482,5 +466,28 @@ pub(super) fn deliver<R, M>(
     Event::Stored {
         envelope: env,
         bytes,
+    }
+}
+
+/// The event of queued receive `idx` (`node`, out of its slab and bin)
+/// taking `message`, counted out of the context's and the engine's
+/// tallies.
+#[inline]
+fn took<R, M>(
+    bins: &mut Bins,
+    tally: &mut Tally,
+    idx: usize,
+    node: PostNode<R>,
+    message: Message<M>,
+) -> Event<R, M> {
+    bins.tally.posted -= 1;
+    tally.posted -= 1;
+    Event::Matched {
+        post: PostId {
+            idx,
+            stamp: node.stamp,
+        },
+        req: node.req,
+        message,
     }
 }
