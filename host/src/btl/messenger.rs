@@ -19,11 +19,8 @@ use fireopal_abi::btl::{
 use fireopal_abi::host::Host;
 use fireopal_abi::param::ParamValue;
 use fireopal_abi::PluginError;
-use fireopal_core::id_hash::IdHash;
 use fireopal_core::regcache::GetError;
-use fireopal_core::wire::am::{
-    decode_directory, encode_directory, DirectoryEntry, FirstFragment, Reassembly,
-};
+use fireopal_core::wire::am::{decode_directory, encode_directory, DirectoryEntry, FirstFragment};
 
 use crate::bootstrap::Exchange;
 use crate::plugin::{Framework, Registry};
@@ -233,20 +230,11 @@ pub struct Messenger {
     rank: Rank,
     size: u32,
     slots: Vec<ModuleSlot>,
-    routes: Vec<Route>,
-    handlers: Vec<Option<Handler>>,
-    replies: Replies,
-    /// Counts peer failures recorded, so that layers above notice new ones
-    /// without taking them from the user.
-    failure_epoch: u64,
+    /// Routes, handlers, sends in flight and what else the modules'
+    /// events update.
+    shared: Shared,
     next_cookie: u64,
     next_send: u64,
-    /// cookie -> (key into `outstanding`, module the operation is on)
-    cookies: HashMap<u64, (SendId, usize), IdHash>,
-    outstanding: HashMap<SendId, Outstanding, IdHash>,
-    completions: Completions,
-    failures: Vec<(Rank, PeerFailure)>,
-    reassembly: HashMap<(usize, Rank), Reassembly>,
     polls: u64,
     /// Transfer buffers handed out and not freed: (module, id).
     live_buffers: Vec<(usize, u64)>,
@@ -257,8 +245,6 @@ pub struct Messenger {
     /// Smallest piece of a message striped over several modules (0: none
     /// is).
     stripe_min: usize,
-    /// What the lanes of sequenced routes keep between calls.
-    lane_state: replay::LaneState,
     /// Most bytes of copies kept per peer for replay over other lanes.
     replay_limit: usize,
     /// The host's log, for modules that fail.
@@ -435,23 +421,25 @@ impl Messenger {
             rank,
             size,
             slots,
-            routes,
-            handlers,
-            replies: Replies::default(),
-            failure_epoch: 0,
+            shared: Shared {
+                routes,
+                handlers,
+                replies: Replies::default(),
+                failure_epoch: 0,
+                cookies: HashMap::default(),
+                outstanding: HashMap::default(),
+                completions: Completions::default(),
+                failures: Vec::new(),
+                reassembly: HashMap::new(),
+                lane_state: replay::LaneState::new(size as usize, replay_limit),
+            },
             next_cookie: 1,
             next_send: 1,
-            cookies: HashMap::default(),
-            outstanding: HashMap::default(),
-            completions: Completions::default(),
-            failures: Vec::new(),
-            reassembly: HashMap::new(),
             polls: 0,
             live_buffers: Vec::new(),
             registrations,
             sendi_policy,
             stripe_min,
-            lane_state: replay::LaneState::new(size as usize, replay_limit),
             replay_limit,
             log,
         };
@@ -491,7 +479,7 @@ impl Messenger {
 
     /// The module used for `peer`, and every candidate, best first.
     pub fn route(&self, peer: Rank) -> Option<RouteInfo> {
-        let route = self.routes.get(peer as usize)?;
+        let route = self.shared.routes.get(peer as usize)?;
         let first = *route.modules.first()?;
         let slot = self.slots.get(first)?;
         Some(RouteInfo {
@@ -515,7 +503,7 @@ impl Messenger {
 
     /// Attributes of the module used for `peer`.
     pub fn attributes(&self, peer: Rank) -> Option<BtlAttributes> {
-        let i = *self.routes.get(peer as usize)?.modules.first()?;
+        let i = *self.shared.routes.get(peer as usize)?.modules.first()?;
         self.slots.get(i).map(|s| s.attrs)
     }
 
@@ -545,7 +533,7 @@ impl Messenger {
     }
 
     fn set_handler(&mut self, tag: u8, handler: Handler) {
-        if let Some(h) = self.handlers.get_mut(usize::from(tag)) {
+        if let Some(h) = self.shared.handlers.get_mut(usize::from(tag)) {
             *h = Some(handler);
         }
     }
@@ -554,6 +542,7 @@ impl Messenger {
     #[inline]
     fn live_route(&self, peer: Rank) -> Result<&Route, SendError> {
         let route = self
+            .shared
             .routes
             .get(peer as usize)
             .ok_or_else(|| SendError::NoSuchPeer(peer))?;
@@ -577,7 +566,12 @@ impl Messenger {
 
     /// Marks the route to `peer` failed (once).
     fn fail_route(&mut self, peer: Rank, failure: PeerFailure) {
-        mark_failed(&mut self.routes, &mut self.failure_epoch, peer, failure);
+        mark_failed(
+            &mut self.shared.routes,
+            &mut self.shared.failure_epoch,
+            peer,
+            failure,
+        );
     }
 
     /// Counts the parts of send `id` still to complete, and its ticket:
@@ -586,7 +580,7 @@ impl Messenger {
         if parts == 0 {
             return SendTicket::Done;
         }
-        self.outstanding.insert(
+        self.shared.outstanding.insert(
             id,
             Outstanding {
                 id,
@@ -758,8 +752,8 @@ impl Messenger {
     fn track_pending(&mut self, cookie: u64, i: usize, class: Class) -> SendTicket {
         self.next_cookie += 1;
         let id = self.next_id(class);
-        self.cookies.insert(cookie, (id, i));
-        self.outstanding.insert(
+        self.shared.cookies.insert(cookie, (id, i));
+        self.shared.outstanding.insert(
             id,
             Outstanding {
                 id,
@@ -827,7 +821,7 @@ impl Messenger {
                 Ok(Completion::Done) => {}
                 Ok(Completion::Pending) => {
                     self.next_cookie += 1;
-                    self.cookies.insert(cookie, (id, i));
+                    self.shared.cookies.insert(cookie, (id, i));
                     parts += 1;
                 }
                 Err(e) => {
@@ -865,20 +859,7 @@ impl Messenger {
         let mut events = 0;
         let mut failed = Vec::new();
         // One sink for every module of this poll: only its module changes.
-        let mut sink = Sink {
-            module: 0,
-            handlers: &mut self.handlers,
-            replies: &mut self.replies,
-            failure_epoch: &mut self.failure_epoch,
-            reassembly: &mut self.reassembly,
-            cookies: &mut self.cookies,
-            outstanding: &mut self.outstanding,
-            completions: &mut self.completions,
-            failures: &mut self.failures,
-            routes: &mut self.routes,
-            lane_state: &mut self.lane_state,
-            panic: None,
-        };
+        let mut sink = self.shared.sink(0);
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if slot.closed.is_some() {
                 continue;
@@ -910,10 +891,10 @@ impl Messenger {
                 self.close_module(i, error);
             }
         }
-        if !self.lane_state.events.is_empty() {
+        if !self.shared.lane_state.events.is_empty() {
             self.lane_events();
         }
-        if !self.replies.is_empty() {
+        if !self.shared.replies.is_empty() {
             self.send_replies();
         }
         Ok(events)
@@ -923,22 +904,22 @@ impl Messenger {
     /// reported once, and of handlers' replies that failed or completed
     /// later.
     pub fn take_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
-        std::mem::take(&mut self.completions.user)
+        std::mem::take(&mut self.shared.completions.user)
     }
 
     /// Number of sends not yet complete.
     pub fn pending_sends(&self) -> usize {
-        self.outstanding.len()
+        self.shared.outstanding.len()
     }
 
     /// Peers reported failed since the last call, each with why, once.
     pub fn take_failures(&mut self) -> Vec<(Rank, PeerFailure)> {
-        std::mem::take(&mut self.failures)
+        std::mem::take(&mut self.shared.failures)
     }
 
     /// Why `peer` failed, if it did.
     pub fn peer_failed(&self, peer: Rank) -> Option<&PeerFailure> {
-        self.routes.get(peer as usize)?.failed.as_deref()
+        self.shared.routes.get(peer as usize)?.failed.as_deref()
     }
 }
 
@@ -960,7 +941,7 @@ mod wait;
 pub(crate) use layered::Class;
 use layered::Completions;
 pub use replies::Replies;
-use sink::{complete_part, Sink};
+use sink::{complete_part, Shared};
 pub use wait::{StallWatch, WaitError};
 
 pub use exposed::RemoteMap;

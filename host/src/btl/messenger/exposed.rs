@@ -79,7 +79,7 @@ impl Messenger {
     /// not such a key).
     pub fn remote_key_for(&self, peer: Rank, exposed: &[u8]) -> Option<Vec<u8>> {
         let keys = decode_lane_keys(exposed)?;
-        let route = self.routes.get(peer as usize)?;
+        let route = self.shared.routes.get(peer as usize)?;
         let matching = |m: usize| {
             let slot = self.slots.get(m)?;
             keys.iter()

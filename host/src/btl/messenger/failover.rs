@@ -193,13 +193,13 @@ impl Messenger {
             error: error.clone(),
         };
 
-        self.reassembly.retain(|&(m, _), _| m != i);
+        self.shared.reassembly.retain(|&(m, _), _| m != i);
 
         let mut now_used = Vec::new();
         let mut lost = 0usize;
         let mut rerouted = Vec::new();
         let mut replayed = Vec::new();
-        for (peer, route) in self.routes.iter_mut().enumerate() {
+        for (peer, route) in self.shared.routes.iter_mut().enumerate() {
             if !route.modules.contains(&i) {
                 continue;
             }
@@ -230,14 +230,15 @@ impl Messenger {
             lost += 1;
             if route.failed.is_none() {
                 route.failed = Some(Box::new(failure.clone()));
-                self.failure_epoch += 1;
-                self.failures.push((peer, failure));
+                self.shared.failure_epoch += 1;
+                self.shared.failures.push((peer, failure));
             }
         }
 
         // Sends whose copy goes again on another lane are not failed, nor
         // RDMA pieces that go again on another.
         let cookies: Vec<u64> = self
+            .shared
             .cookies
             .iter()
             .filter(|(_, &(_, m))| m == i)
@@ -245,21 +246,26 @@ impl Messenger {
             .collect();
         let (mut failed_ops, mut carried_on) = (0usize, 0usize);
         for cookie in cookies {
-            if let Some(piece) = self.lane_state.rdma_pieces.remove(&cookie) {
-                self.cookies.remove(&cookie);
+            if let Some(piece) = self.shared.lane_state.rdma_pieces.remove(&cookie) {
+                self.shared.cookies.remove(&cookie);
                 self.retry_piece(piece, i, closed.clone());
                 carried_on += 1;
                 continue;
             }
-            if let Some((id, _)) = self.cookies.remove(&cookie) {
-                let status = if replay::replaces(&self.routes, id) {
+            if let Some((id, _)) = self.shared.cookies.remove(&cookie) {
+                let status = if replay::replaces(&self.shared.routes, id) {
                     carried_on += 1;
                     Ok(())
                 } else {
                     failed_ops += 1;
                     Err(closed.clone())
                 };
-                complete_part(&mut self.outstanding, &mut self.completions, id, status);
+                complete_part(
+                    &mut self.shared.outstanding,
+                    &mut self.shared.completions,
+                    id,
+                    status,
+                );
             }
         }
         let lanes_lost = replayed.len();

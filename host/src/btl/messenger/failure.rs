@@ -179,7 +179,7 @@ mod tests {
     use abi_stable::std_types::RSlice;
     use fireopal_abi::btl::BtlEventSink;
 
-    use super::super::sink::SinkParts;
+    use super::super::sink::Shared;
     use super::super::{SendError, TAG_FRAG_NEXT};
     use super::*;
 
@@ -242,7 +242,7 @@ mod tests {
     /// route with its kind, once per peer.
     #[test]
     fn the_sink_keeps_what_the_transport_and_the_fragments_said() {
-        let mut parts = SinkParts::new(3);
+        let mut parts = Shared::new(3);
         let mut sink = parts.sink(0);
         let bad_frame = PluginError::new(ErrorKind::MALFORMED, "rank 1 sent a bad frame");
         sink.peer_failed(1, bad_frame.clone());

@@ -41,9 +41,9 @@ use fireopal_abi::btl::{BtlFlags, Completion};
 use fireopal_core::wire::am::FirstFragment;
 
 use super::replay::{LaneEvent, ReplayStore};
+use super::sink::Sink;
 use super::{
-    Class, Messenger, PeerFailure, SendError, SendId, SendTicket, Sink, TAG_FRAG_FIRST,
-    TAG_FRAG_NEXT,
+    Class, Messenger, PeerFailure, SendError, SendId, SendTicket, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
 };
 
 /// Reserved tag of a message carried on a sequenced route.
@@ -193,7 +193,7 @@ impl Messenger {
         payload: &[u8],
         class: Class,
     ) -> Result<SendTicket, SendError> {
-        let route = &self.routes[peer as usize];
+        let route = &self.shared.routes[peer as usize];
         if self.stripe_min > 0 && payload.len() >= 2 * self.stripe_min && self.stripes(route) {
             return self.send_striped(peer, tag, header, payload, class);
         }
@@ -211,7 +211,7 @@ impl Messenger {
         payload: &[u8],
         class: Option<Class>,
     ) -> Result<Option<SendTicket>, SendError> {
-        let route = &self.routes[peer as usize];
+        let route = &self.shared.routes[peer as usize];
         let n = route.modules.len();
         if n == 0 {
             return Err(SendError::Unreachable(peer));
@@ -240,7 +240,7 @@ impl Messenger {
             SendiPolicy::Fair => n,
         };
         for k in 0..tries {
-            let i = self.routes[peer as usize].modules[(turn + k) % n];
+            let i = self.shared.routes[peer as usize].modules[(turn + k) % n];
             match self.sendi_on(i, peer, TAG_SEQUENCED, wrapped, payload) {
                 Ok(true) => {
                     self.keep(peer, seq, tag, header, payload, None);
@@ -258,7 +258,7 @@ impl Messenger {
             return Ok(None);
         };
         // Its `sendi` was tried above (too large, or Busy).
-        let i = self.routes[peer as usize].modules[turn];
+        let i = self.shared.routes[peer as usize].modules[turn];
         let ticket =
             match self.send_routed_after(i, peer, TAG_SEQUENCED, wrapped, payload, class, true) {
                 Ok(ticket) => ticket,
@@ -290,7 +290,7 @@ impl Messenger {
         payload: &[u8],
         class: Class,
     ) -> Result<SendTicket, SendError> {
-        let route = &self.routes[peer as usize];
+        let route = &self.shared.routes[peer as usize];
         let n = route.modules.len();
         let turn = route.lanes.next % n;
         // The lanes that allow striping, from the one whose turn it is.
@@ -341,7 +341,7 @@ impl Messenger {
         let mut offset = 0usize;
         for (k, &(lane, len)) in pieces.iter().enumerate() {
             let i = lanes[lane];
-            let seq = self.routes[peer as usize].lanes.seq;
+            let seq = self.shared.routes[peer as usize].lanes.seq;
             let (inner, hdr): (u8, &[u8]) = if k == 0 {
                 (TAG_FRAG_FIRST, &first)
             } else {
@@ -351,7 +351,7 @@ impl Messenger {
             let ack = self.ack_for(peer);
             wrap(&mut wrapped, inner, seq, ack, hdr);
             let piece = &payload[offset..offset + len];
-            if !self.routes[peer as usize].modules.contains(&i) {
+            if !self.shared.routes[peer as usize].modules.contains(&i) {
                 // Its lane was lost during this send: the piece goes on
                 // another, its completion the messenger's own.
                 self.send_sequenced(peer, inner, hdr, piece, Some(Class::Replay))?;
@@ -375,7 +375,7 @@ impl Messenger {
                 Ok(Completion::Done) => {}
                 Ok(Completion::Pending) => {
                     self.next_cookie += 1;
-                    self.cookies.insert(cookie, (id, i));
+                    self.shared.cookies.insert(cookie, (id, i));
                     parts += 1;
                 }
                 Err(e) if self.lose_lane_on(peer, i, &SendError::Module(e.clone())) => {
@@ -411,7 +411,7 @@ impl Messenger {
         id: Option<SendId>,
     ) {
         let limit = self.replay_limit;
-        self.routes[peer as usize]
+        self.shared.routes[peer as usize]
             .lanes
             .store
             .keep(limit, seq, tag, header, payload, id);
@@ -421,7 +421,7 @@ impl Messenger {
     /// this process waits for from it. The next delivery notice counts
     /// from here.
     pub(super) fn ack_for(&mut self, peer: Rank) -> u32 {
-        let r = &mut self.lane_state.reorder[peer as usize];
+        let r = &mut self.shared.lane_state.reorder[peer as usize];
         r.acked = r.expected;
         r.unacked_bytes = 0;
         r.expected
@@ -430,7 +430,7 @@ impl Messenger {
     /// Counts a message that left on module `i`: its number is used, and
     /// the next message goes on the next module.
     fn sent_on(&mut self, peer: Rank, i: usize, turn: usize) {
-        let lanes = &mut self.routes[peer as usize].lanes;
+        let lanes = &mut self.shared.routes[peer as usize].lanes;
         lanes.seq = lanes.seq.wrapping_add(1);
         lanes.next = turn + 1;
         lanes.count(i);
@@ -439,7 +439,7 @@ impl Messenger {
     /// The lanes to `peer`, with what each carried (one lane: the route's
     /// single module).
     pub fn lanes(&self, peer: Rank) -> Vec<LaneInfo> {
-        let Some(route) = self.routes.get(peer as usize) else {
+        let Some(route) = self.shared.routes.get(peer as usize) else {
             return Vec::new();
         };
         route
@@ -518,14 +518,14 @@ impl Sink<'_> {
             return self.fail_peer(peer, PeerFailure::Sequence("short sequence header"));
         };
         let inner = &rest[8..];
-        if let Some(route) = self.routes.get_mut(peer as usize) {
+        if let Some(route) = self.shared.routes.get_mut(peer as usize) {
             route.lanes.store.delivered(ack);
         }
         if tag == TAG_SEQUENCED {
             let why = "a sequenced message inside another";
             return self.fail_peer(peer, PeerFailure::Sequence(why));
         }
-        let Some(reorder) = self.lane_state.reorder.get_mut(peer as usize) else {
+        let Some(reorder) = self.shared.lane_state.reorder.get_mut(peer as usize) else {
             return;
         };
         if replayed {
@@ -558,7 +558,7 @@ impl Sink<'_> {
     /// Delivers the held messages of `peer` that now come next.
     fn release_held(&mut self, peer: Rank) {
         loop {
-            let Some(reorder) = self.lane_state.reorder.get_mut(peer as usize) else {
+            let Some(reorder) = self.shared.lane_state.reorder.get_mut(peer as usize) else {
                 return;
             };
             let Some((tag, header, payload)) = reorder.held.remove(&reorder.expected) else {
@@ -572,14 +572,14 @@ impl Sink<'_> {
     /// The next message of a sequenced route: a piece of a striped
     /// message goes to its reassembly, anything else to its handler.
     fn in_order(&mut self, peer: Rank, tag: u8, header: &[u8], payload: &[u8]) {
-        if let Some(r) = self.lane_state.reorder.get_mut(peer as usize) {
+        if let Some(r) = self.shared.lane_state.reorder.get_mut(peer as usize) {
             r.unacked_bytes += header.len() + payload.len();
-            if r.expected.wrapping_sub(r.acked) >= self.lane_state.acks.every
-                || r.unacked_bytes >= self.lane_state.acks.bytes
+            if r.expected.wrapping_sub(r.acked) >= self.shared.lane_state.acks.every
+                || r.unacked_bytes >= self.shared.lane_state.acks.bytes
             {
                 r.acked = r.expected;
                 r.unacked_bytes = 0;
-                self.lane_state.events.push(LaneEvent::Delivered {
+                self.shared.lane_state.events.push(LaneEvent::Delivered {
                     peer,
                     next: r.expected,
                 });
@@ -609,7 +609,7 @@ mod tests {
     use fireopal_abi::btl::BtlEventSink;
     use fireopal_abi::{ErrorKind, PluginError};
 
-    use super::super::sink::SinkParts;
+    use super::super::sink::Shared;
     use super::*;
 
     /// A sequenced message of `tag` number `seq` with header `h`.
@@ -623,8 +623,8 @@ mod tests {
     type Seen = Rc<RefCell<Vec<(Rank, Vec<u8>, Vec<u8>)>>>;
 
     /// Parts whose handler of tag 7 records what it sees.
-    fn recording() -> (SinkParts, Seen) {
-        let mut parts = SinkParts::new(3);
+    fn recording() -> (Shared, Seen) {
+        let mut parts = Shared::new(3);
         let seen = Rc::new(RefCell::new(Vec::new()));
         let log = Rc::clone(&seen);
         parts.handlers[7] = Some(Box::new(move |m, _| {
@@ -776,7 +776,7 @@ mod tests {
 
     #[test]
     fn a_peer_fails_when_its_last_lane_closes_or_at_once_on_an_error() {
-        let mut parts = SinkParts::new(3);
+        let mut parts = Shared::new(3);
         for peer in [1usize, 2] {
             let route = &mut parts.routes[peer];
             route.modules = vec![0, 1];

@@ -138,21 +138,21 @@ impl Messenger {
     /// Completions of the one-sided layer's operations, each reported
     /// once.
     pub(crate) fn take_one_sided_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
-        std::mem::take(&mut self.completions.one_sided)
+        std::mem::take(&mut self.shared.completions.one_sided)
     }
 
     /// Completions of a layer's operations, each reported once.
     pub(crate) fn take_layer_completions(&mut self) -> Vec<(SendId, Result<(), SendError>)> {
-        std::mem::take(&mut self.completions.layer)
+        std::mem::take(&mut self.shared.completions.layer)
     }
 
     /// Whether a layer's completion waits to be taken.
     pub(crate) fn has_layer_completions(&self) -> bool {
-        !self.completions.layer.is_empty()
+        !self.shared.completions.layer.is_empty()
     }
 
     /// Grows by one for every peer recorded as failed.
     pub(crate) fn failure_epoch(&self) -> u64 {
-        self.failure_epoch
+        self.shared.failure_epoch
     }
 }

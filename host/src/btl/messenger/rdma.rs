@@ -23,7 +23,7 @@ impl Messenger {
         payload: &[u8],
     ) -> Result<bool, SendError> {
         let i = self.user_route(peer, tag)?;
-        if self.routes[peer as usize].sequenced {
+        if self.shared.routes[peer as usize].sequenced {
             return Ok(self
                 .send_sequenced(peer, tag, header, payload, None)?
                 .is_some());
@@ -91,7 +91,7 @@ impl Messenger {
             local_handle,
             remote_addr,
         };
-        if self.routes[peer as usize].sequenced {
+        if self.shared.routes[peer as usize].sequenced {
             if let Some(keys) = decode_lane_keys(remote_key) {
                 let lanes = self.lanes_of(peer, &keys);
                 return self.rdma_striped(class, &op, &lanes);
@@ -122,7 +122,7 @@ impl Messenger {
     /// module of the same component and index as each of the peer's, with
     /// the peer's key, in the route's order.
     fn lanes_of(&self, peer: Rank, keys: &[DirectoryEntry<'_>]) -> Vec<(usize, Vec<u8>)> {
-        self.routes[peer as usize]
+        self.shared.routes[peer as usize]
             .modules
             .iter()
             .filter_map(|&m| {
@@ -181,7 +181,7 @@ impl Messenger {
         // On a route of several lanes, a piece whose lane is lost goes
         // again on another (`replay`): every lane's key is kept with it.
         let retry: Option<Rc<[PieceLane]>> =
-            (self.routes[op.peer as usize].sequenced && lanes.len() >= 2).then(|| {
+            (self.shared.routes[op.peer as usize].sequenced && lanes.len() >= 2).then(|| {
                 lanes
                     .iter()
                     .map(|(m, key)| PieceLane {
@@ -219,9 +219,9 @@ impl Messenger {
                 Ok(Completion::Done) => {}
                 Ok(Completion::Pending) => {
                     self.next_cookie += 1;
-                    self.cookies.insert(cookie, (id, *m));
+                    self.shared.cookies.insert(cookie, (id, *m));
                     if let Some(lanes) = &retry {
-                        self.lane_state.rdma_pieces.insert(
+                        self.shared.lane_state.rdma_pieces.insert(
                             cookie,
                             RdmaPiece {
                                 id,
@@ -289,16 +289,16 @@ impl Messenger {
     /// `lost`; if none is, or the lane refuses, the operation it belongs
     /// to ends with `error`.
     pub(super) fn retry_piece(&mut self, piece: RdmaPiece, lost: usize, error: SendError) {
-        let open = &self.routes[piece.peer as usize].modules;
-        let failed = self.routes[piece.peer as usize].failed.is_some();
+        let open = &self.shared.routes[piece.peer as usize].modules;
+        let failed = self.shared.routes[piece.peer as usize].failed.is_some();
         let lane = piece
             .lanes
             .iter()
             .find(|l| l.module != lost && open.contains(&l.module));
         let Some(lane) = lane.filter(|_| !failed) else {
             return complete_part(
-                &mut self.outstanding,
-                &mut self.completions,
+                &mut self.shared.outstanding,
+                &mut self.shared.completions,
                 piece.id,
                 Err(error),
             );
@@ -327,20 +327,20 @@ impl Messenger {
         match started {
             Ok(Completion::Done) => {
                 complete_part(
-                    &mut self.outstanding,
-                    &mut self.completions,
+                    &mut self.shared.outstanding,
+                    &mut self.shared.completions,
                     piece.id,
                     Ok(()),
                 );
             }
             Ok(Completion::Pending) => {
                 self.next_cookie += 1;
-                self.cookies.insert(cookie, (piece.id, m));
-                self.lane_state.rdma_pieces.insert(cookie, piece);
+                self.shared.cookies.insert(cookie, (piece.id, m));
+                self.shared.lane_state.rdma_pieces.insert(cookie, piece);
             }
             Err(e) => complete_part(
-                &mut self.outstanding,
-                &mut self.completions,
+                &mut self.shared.outstanding,
+                &mut self.shared.completions,
                 piece.id,
                 Err(e),
             ),

@@ -278,7 +278,7 @@ impl Messenger {
                 held: Held::Unregistered,
             });
         }
-        let route = &self.routes[peer as usize];
+        let route = &self.shared.routes[peer as usize];
         if !route.sequenced || route.modules.len() < 2 {
             let reg = self.register_on(i, peer, region, access)?;
             return Ok(MemoryHandle {

@@ -304,7 +304,7 @@ impl Messenger {
     /// Acts on what `progress` found about lanes.
     #[inline(never)]
     pub(super) fn lane_events(&mut self) {
-        for event in std::mem::take(&mut self.lane_state.events) {
+        for event in std::mem::take(&mut self.shared.lane_state.events) {
             match event {
                 LaneEvent::Delivered { peer, next } => {
                     self.send_notice(peer, &LaneNotice::Delivered { next });
@@ -334,22 +334,22 @@ impl Messenger {
         let SendError::Module(error) = e else {
             return false;
         };
-        let Some(route) = self.routes.get(peer as usize) else {
+        let Some(route) = self.shared.routes.get(peer as usize) else {
             return false;
         };
         if !route.sequenced || !lane_refused(error.kind) || !route.modules.iter().any(|&m| m != i) {
             return false;
         }
         self.lane_lost(peer, i, error.clone());
-        self.routes[peer as usize].failed.is_none()
+        self.shared.routes[peer as usize].failed.is_none()
     }
 
     /// Module `module` lost its lane to `peer` after `error`: the lane
     /// carries nothing more, the peer is told from which number to send
     /// again, and this side sends again what it keeps.
     pub(super) fn lane_lost(&mut self, peer: Rank, module: usize, error: PluginError) {
-        self.reassembly.remove(&(module, peer));
-        let Some(route) = self.routes.get_mut(peer as usize) else {
+        self.shared.reassembly.remove(&(module, peer));
+        let Some(route) = self.shared.routes.get_mut(peer as usize) else {
             return;
         };
         if route.failed.is_some() || route.lanes.lost.contains(&module) {
@@ -369,10 +369,10 @@ impl Messenger {
             index,
             error,
         };
-        if self.routes[peer as usize].modules.is_empty() {
+        if self.shared.routes[peer as usize].modules.is_empty() {
             return self.fail_lanes(peer, failure);
         }
-        let reorder = &mut self.lane_state.reorder[peer as usize];
+        let reorder = &mut self.shared.lane_state.reorder[peer as usize];
         reorder.lenient = true;
         let next = reorder.expected;
         if let PeerFailure::LaneLost { error, .. } = &failure {
@@ -403,7 +403,7 @@ impl Messenger {
             .slots
             .iter()
             .position(|s| s.component == component && u16::try_from(s.index).ok() == Some(index));
-        let Some(route) = self.routes.get_mut(peer as usize) else {
+        let Some(route) = self.shared.routes.get_mut(peer as usize) else {
             return;
         };
         if route.failed.is_some() || !route.sequenced {
@@ -433,7 +433,7 @@ impl Messenger {
     /// `from` on (every kept one with `None`). When one of them was not
     /// kept, or a lane refuses, the peer fails with `failure`.
     fn replay(&mut self, peer: Rank, from: Option<u32>, failure: PeerFailure) {
-        let store = &mut self.routes[peer as usize].lanes.store;
+        let store = &mut self.shared.routes[peer as usize].lanes.store;
         let from = from.unwrap_or(store.acked);
         if !store.covers(from) {
             return self.fail_lanes(peer, failure);
@@ -442,7 +442,7 @@ impl Messenger {
         let mut refused = false;
         let mut wrapped = Vec::new();
         for k in kept.iter().filter(|k| !before(k.seq, from)) {
-            let route = &mut self.routes[peer as usize];
+            let route = &mut self.shared.routes[peer as usize];
             let n = route.modules.len();
             if n == 0 {
                 break;
@@ -465,7 +465,7 @@ impl Messenger {
                 }
             }
         }
-        let store = &mut self.routes[peer as usize].lanes.store;
+        let store = &mut self.shared.routes[peer as usize].lanes.store;
         store.kept = kept;
         if refused {
             self.fail_lanes(peer, failure);
@@ -475,21 +475,21 @@ impl Messenger {
     /// Fails `peer` after a lane was lost and its messages could not go
     /// again.
     fn fail_lanes(&mut self, peer: Rank, failure: PeerFailure) {
-        super::lanes::forget(&mut self.lane_state.reorder, peer);
+        super::lanes::forget(&mut self.shared.lane_state.reorder, peer);
         if super::mark_failed(
-            &mut self.routes,
-            &mut self.failure_epoch,
+            &mut self.shared.routes,
+            &mut self.shared.failure_epoch,
             peer,
             failure.clone(),
         ) {
-            self.failures.push((peer, failure));
+            self.shared.failures.push((peer, failure));
         }
     }
 
     /// Sends `notice` to `peer` on its first open lane. A notice that
     /// cannot go is dropped: the lane's own failure reports it.
     fn send_notice(&mut self, peer: Rank, notice: &LaneNotice<'_>) {
-        let Some(&i) = self.routes.get(peer as usize).and_then(|r| {
+        let Some(&i) = self.shared.routes.get(peer as usize).and_then(|r| {
             if r.failed.is_some() {
                 None
             } else {
@@ -515,13 +515,13 @@ mod tests {
     use fireopal_abi::btl::BtlEventSink;
 
     use super::super::lanes::{Lanes, TAG_SEQUENCED};
-    use super::super::sink::SinkParts;
+    use super::super::sink::Shared;
     use super::*;
 
     /// Parts for 3 ranks whose routes to ranks 1 and 2 have lanes 0 and 1,
     /// with a handler of tag 7 counting what it sees.
-    fn two_lanes() -> (SinkParts, std::rc::Rc<std::cell::Cell<u32>>) {
-        let mut parts = SinkParts::new(3);
+    fn two_lanes() -> (Shared, std::rc::Rc<std::cell::Cell<u32>>) {
+        let mut parts = Shared::new(3);
         for peer in [1usize, 2] {
             let route = &mut parts.routes[peer];
             route.modules = vec![0, 1];

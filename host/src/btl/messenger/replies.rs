@@ -81,7 +81,7 @@ impl Messenger {
     /// fails is reported by `take_completions` under an id of its own.
     #[inline(never)]
     pub(super) fn send_replies(&mut self) {
-        for reply in std::mem::take(&mut self.replies.queued) {
+        for reply in std::mem::take(&mut self.shared.replies.queued) {
             let sent = match reply.class {
                 Class::User => self.send(reply.peer, reply.tag, &reply.header, &reply.payload),
                 class => {
@@ -92,7 +92,7 @@ impl Messenger {
                 Ok(SendTicket::Done | SendTicket::Pending(_)) => {}
                 Err(e) => {
                     let id = self.next_id(reply.class);
-                    self.completions.push(id, Err(e));
+                    self.shared.completions.push(id, Err(e));
                 }
             }
         }

@@ -22,16 +22,7 @@ use super::{
 /// The host side of a module's `progress` call.
 pub(super) struct Sink<'a> {
     pub(super) module: usize,
-    pub(super) handlers: &'a mut Vec<Option<Handler>>,
-    pub(super) replies: &'a mut Replies,
-    pub(super) failure_epoch: &'a mut u64,
-    pub(super) reassembly: &'a mut HashMap<(usize, Rank), Reassembly>,
-    pub(super) cookies: &'a mut HashMap<u64, (SendId, usize), IdHash>,
-    pub(super) outstanding: &'a mut HashMap<SendId, Outstanding, IdHash>,
-    pub(super) completions: &'a mut Completions,
-    pub(super) failures: &'a mut Vec<(Rank, PeerFailure)>,
-    pub(super) routes: &'a mut Vec<Route>,
-    pub(super) lane_state: &'a mut replay::LaneState,
+    pub(super) shared: &'a mut Shared,
     pub(super) panic: Option<Box<dyn std::any::Any + Send>>,
 }
 
@@ -70,7 +61,7 @@ impl Sink<'_> {
         payload: &[u8],
     ) {
         let key = (stream, peer);
-        let assembly = self.reassembly.entry(key).or_default();
+        let assembly = self.shared.reassembly.entry(key).or_default();
         let step = if tag == TAG_FRAG_FIRST {
             assembly.first(header, payload, MAX_MESSAGE)
         } else {
@@ -79,7 +70,7 @@ impl Sink<'_> {
         match step {
             Ok(Reassembled::Partial) => {}
             Ok(Reassembled::Complete(tag, h, p)) => {
-                self.reassembly.remove(&key);
+                self.shared.reassembly.remove(&key);
                 if stream == lanes::STRIPED && (tag == lanes::TAG_SEQUENCED || tag == TAG_REPLAYED)
                 {
                     let why = "a sequenced message inside a striped one";
@@ -88,7 +79,7 @@ impl Sink<'_> {
                 self.dispatch(peer, tag, &h, &p);
             }
             Err(e) => {
-                self.reassembly.remove(&key);
+                self.shared.reassembly.remove(&key);
                 self.fail_peer(peer, PeerFailure::Fragments(e));
             }
         }
@@ -116,6 +107,7 @@ impl Sink<'_> {
     /// A notice from the other end of a route of several lanes.
     fn lane_notice(&mut self, peer: Rank, header: &[u8]) {
         let sequenced = self
+            .shared
             .routes
             .get(peer as usize)
             .is_some_and(|r| r.sequenced && r.failed.is_none());
@@ -126,13 +118,16 @@ impl Sink<'_> {
         }
         match LaneNotice::parse(header) {
             Ok(LaneNotice::Delivered { next }) => {
-                self.routes[peer as usize].lanes.store.delivered(next);
+                self.shared.routes[peer as usize]
+                    .lanes
+                    .store
+                    .delivered(next);
             }
             Ok(LaneNotice::LaneLost {
                 next,
                 component,
                 index,
-            }) => self.lane_state.events.push(LaneEvent::PeerLost {
+            }) => self.shared.lane_state.events.push(LaneEvent::PeerLost {
                 peer,
                 next,
                 component: component.to_owned(),
@@ -148,7 +143,7 @@ impl Sink<'_> {
         if self.panic.is_some() {
             return;
         }
-        let Some(Some(handler)) = self.handlers.get_mut(usize::from(tag)) else {
+        let Some(Some(handler)) = self.shared.handlers.get_mut(usize::from(tag)) else {
             return;
         };
         let msg = Incoming {
@@ -159,7 +154,7 @@ impl Sink<'_> {
         };
         // A panic must not unwind into the module's frames (it would abort
         // the process): keep it and resume once the module has returned.
-        let replies = &mut *self.replies;
+        let replies = &mut self.shared.replies;
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| handler(&msg, replies))) {
             self.panic = Some(p);
         }
@@ -168,7 +163,7 @@ impl Sink<'_> {
     /// Notes that this module's connection to `peer` closed: whether no
     /// lane to it is left open (always, on a route of one module).
     fn last_lane_closed(&mut self, peer: Rank) -> bool {
-        let Some(route) = self.routes.get_mut(peer as usize) else {
+        let Some(route) = self.shared.routes.get_mut(peer as usize) else {
             return true;
         };
         if !route.sequenced {
@@ -187,18 +182,28 @@ impl Sink<'_> {
     }
 
     pub(super) fn fail_peer(&mut self, peer: Rank, failure: PeerFailure) {
-        lanes::forget(&mut self.lane_state.reorder, peer);
-        if mark_failed(self.routes, self.failure_epoch, peer, failure.clone()) {
-            self.failures.push((peer, failure));
+        lanes::forget(&mut self.shared.lane_state.reorder, peer);
+        if mark_failed(
+            &mut self.shared.routes,
+            &mut self.shared.failure_epoch,
+            peer,
+            failure.clone(),
+        ) {
+            self.shared.failures.push((peer, failure));
         }
     }
 
     fn complete(&mut self, cookie: u64, status: Result<(), PluginError>) {
-        let Some((id, module)) = self.cookies.remove(&cookie) else {
+        let Some((id, module)) = self.shared.cookies.remove(&cookie) else {
             return;
         };
-        if status.is_ok() && self.lane_state.rdma_pieces.is_empty() {
-            return complete_part(self.outstanding, self.completions, id, Ok(()));
+        if status.is_ok() && self.shared.lane_state.rdma_pieces.is_empty() {
+            return complete_part(
+                &mut self.shared.outstanding,
+                &mut self.shared.completions,
+                id,
+                Ok(()),
+            );
         }
         self.complete_on_lanes(cookie, id, module, status);
     }
@@ -214,17 +219,18 @@ impl Sink<'_> {
         module: usize,
         mut status: Result<(), PluginError>,
     ) {
-        if !self.lane_state.rdma_pieces.is_empty() {
-            if let Some(piece) = self.lane_state.rdma_pieces.remove(&cookie) {
+        if !self.shared.lane_state.rdma_pieces.is_empty() {
+            if let Some(piece) = self.shared.lane_state.rdma_pieces.remove(&cookie) {
                 if let Err(e) = &status {
                     let peer = piece.peer;
                     let live = self
+                        .shared
                         .routes
                         .get(peer as usize)
                         .is_some_and(|r| r.failed.is_none());
                     if live && replay::lane_refused(e.kind) {
                         let error = SendError::Module(e.clone());
-                        self.lane_state.events.push(LaneEvent::RetryPiece {
+                        self.shared.lane_state.events.push(LaneEvent::RetryPiece {
                             piece,
                             lost: module,
                             error,
@@ -234,13 +240,13 @@ impl Sink<'_> {
                 }
             }
         }
-        if status.is_err() && replay::replaces(self.routes, id) {
+        if status.is_err() && replay::replaces(&self.shared.routes, id) {
             // A copy goes again on another lane.
             status = Ok(());
         }
         complete_part(
-            self.outstanding,
-            self.completions,
+            &mut self.shared.outstanding,
+            &mut self.shared.completions,
             id,
             status.map_err(SendError::Module),
         );
@@ -273,7 +279,7 @@ impl BtlEventSink for Sink<'_> {
             return;
         }
         if replay::loses_lane(error.kind) && !self.last_lane_closed(peer) {
-            self.lane_state.events.push(LaneEvent::Lost {
+            self.shared.lane_state.events.push(LaneEvent::Lost {
                 peer,
                 module: self.module,
                 error,
@@ -284,28 +290,33 @@ impl BtlEventSink for Sink<'_> {
     }
 }
 
-/// What a [`Sink`] borrows, owned, for tests that drive one by hand.
-#[cfg(test)]
-pub(super) struct SinkParts {
+/// What the sinks of the messenger's modules update: one borrow, so that
+/// a poll hands each module its sink without gathering the parts.
+pub(super) struct Shared {
     pub(super) handlers: Vec<Option<Handler>>,
     pub(super) reassembly: HashMap<(usize, Rank), Reassembly>,
+    /// cookie -> (key into `outstanding`, module the operation is on)
     pub(super) cookies: HashMap<u64, (SendId, usize), IdHash>,
     pub(super) outstanding: HashMap<SendId, Outstanding, IdHash>,
     pub(super) completions: Completions,
     pub(super) failures: Vec<(Rank, PeerFailure)>,
     pub(super) routes: Vec<Route>,
     pub(super) replies: Replies,
-    pub(super) epoch: u64,
+    /// Counts peer failures recorded, so that layers above notice new ones
+    /// without taking them from the user.
+    pub(super) failure_epoch: u64,
+    /// What the lanes of sequenced routes keep between calls.
     pub(super) lane_state: replay::LaneState,
 }
 
-#[cfg(test)]
-impl SinkParts {
-    /// Nothing yet, for a job of `peers` ranks.
+impl Shared {
+    /// Nothing yet, for a job of `peers` ranks (tests that drive a sink
+    /// by hand).
+    #[cfg(test)]
     pub(super) fn new(peers: usize) -> Self {
         let mut handlers = Vec::new();
         handlers.resize_with(256, || None);
-        SinkParts {
+        Shared {
             handlers,
             reassembly: HashMap::new(),
             cookies: HashMap::default(),
@@ -314,25 +325,17 @@ impl SinkParts {
             failures: Vec::new(),
             routes: (0..peers).map(|_| Route::default()).collect(),
             replies: Replies::default(),
-            epoch: 0,
+            failure_epoch: 0,
             lane_state: replay::LaneState::new(peers, 1 << 20),
         }
     }
 
-    /// The sink of module `module` over these parts.
+    /// The sink of module `module`.
+    #[inline]
     pub(super) fn sink(&mut self, module: usize) -> Sink<'_> {
         Sink {
             module,
-            handlers: &mut self.handlers,
-            replies: &mut self.replies,
-            failure_epoch: &mut self.epoch,
-            reassembly: &mut self.reassembly,
-            cookies: &mut self.cookies,
-            outstanding: &mut self.outstanding,
-            completions: &mut self.completions,
-            failures: &mut self.failures,
-            routes: &mut self.routes,
-            lane_state: &mut self.lane_state,
+            shared: self,
             panic: None,
         }
     }
