@@ -15,7 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use abi_stable::prefix_type::PrefixTypeTrait;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RErr, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::std_types::{RErr, ROk, RResult, RSlice, RStr, RString, RVec};
 
 use crate::btl::{
     Access, BtlAttributes, BtlComponent, BtlComponentImpl, BtlComponentRef, BtlEventSinkRef,
@@ -68,14 +68,26 @@ impl Poison {
         if self.broken.get() {
             return RErr(self.refusal());
         }
-        let result = catch_panic(f);
-        if let RErr(e) = &result {
-            if e.kind == ErrorKind::PANICKED {
-                *self.message.borrow_mut() = e.message.to_string();
-                self.broken.set(true);
-            }
+        // The value goes straight into the answer: every message and every
+        // poll crosses here, and the errors are rare.
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(value)) => ROk(value),
+            Ok(Err(e)) => RErr(self.noting(e)),
+            Err(payload) => RErr(self.noting(PluginError::new(
+                ErrorKind::PANICKED,
+                panic_message(payload.as_ref()),
+            ))),
         }
-        result
+    }
+
+    /// `e`, after poisoning the module if it reports a panic.
+    #[cold]
+    fn noting(&self, e: PluginError) -> PluginError {
+        if e.kind == ErrorKind::PANICKED {
+            *self.message.borrow_mut() = e.message.to_string();
+            self.broken.set(true);
+        }
+        e
     }
 
     /// The error of a call to a broken module.
