@@ -56,25 +56,34 @@ impl<V: Keyed> Table<V> {
     }
 
     /// The value of `key`.
+    #[inline]
     pub(super) fn get(&self, key: V::Key) -> Option<&V> {
         match self.values.get(self.last) {
             Some(v) if v.key() == key => Some(v),
-            _ => self.values.get(*self.slots.get(&key)?),
+            _ => self.values.get(self.lookup(key)?),
         }
     }
 
-    /// The index of `key`'s value, remembered for the next call.
+    /// The index of `key`'s value, remembered for the next call: the last
+    /// one found is checked inline, the hash map out of line.
     #[inline]
     fn find(&mut self, key: V::Key) -> Option<usize> {
         if self.values.get(self.last).is_some_and(|v| v.key() == key) {
             return Some(self.last);
         }
-        let idx = *self.slots.get(&key)?;
+        let idx = self.lookup(key)?;
         self.last = idx;
         Some(idx)
     }
 
+    /// The index of `key`'s value, through the hash map.
+    #[inline(never)]
+    fn lookup(&self, key: V::Key) -> Option<usize> {
+        self.slots.get(&key).copied()
+    }
+
     /// The value of `key`, to change.
+    #[inline]
     pub(super) fn get_mut(&mut self, key: V::Key) -> Option<&mut V> {
         let idx = self.find(key)?;
         self.values.get_mut(idx)

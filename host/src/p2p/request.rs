@@ -423,17 +423,25 @@ impl P2p {
     /// Waits for a request on a borrowed buffer; on a stall the request
     /// is abandoned before the borrow ends.
     pub(super) fn finish_blocking(&mut self, id: ReqId) -> Result<Status, P2pError> {
-        if let Err(e) = self.wait_for(|p| p.is_done(id)) {
+        // A blocking call's buffer is borrowed, not owned: only the
+        // result comes out, taken by the same look that sees it done.
+        let mut done = None;
+        let waited = self.wait_for(|p| {
+            let mut proto = p.proto.borrow_mut();
+            let id = proto.reqs.resolve(id);
+            match proto.reqs.get(&id) {
+                Some(req) if req.done.is_none() => false,
+                Some(_) => {
+                    done = proto.reqs.take_done(&id);
+                    true
+                }
+                None => true,
+            }
+        });
+        if let Err(e) = waited {
             self.abandon(id);
             return Err(e);
         }
-        // A blocking call's buffer is borrowed, not owned: only the
-        // result comes out.
-        let done = {
-            let mut proto = self.proto.borrow_mut();
-            let id = proto.reqs.resolve(id);
-            proto.reqs.take_done(&id)
-        };
         match done {
             Some(Ok(status)) => Ok(status),
             Some(Err(e)) => Err(*e),
