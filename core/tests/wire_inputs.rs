@@ -307,7 +307,7 @@ proptest! {
             key: &key,
         };
         let seeds = [
-            p2p::Eager { envelope, flags: 0 }.encode().to_vec(),
+            p2p::Eager { envelope, flags: 0, credits: 4 }.encode().to_vec(),
             rts.encode().expect("a short key encodes"),
             p2p::Cts { sender_request: 1, receiver_request: 2 }.encode().to_vec(),
             p2p::Data { receiver_request: 2, offset: 64 }.encode().to_vec(),

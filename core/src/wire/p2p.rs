@@ -16,10 +16,11 @@
 //! - [`Fin`]: the receiver is done with a rendezvous (read, refused or
 //!   failed), so the sender may complete its request;
 //! - [`Credit`]: eager credits returned to a sender (flow control of the
-//!   receiver's unexpected-message memory).
+//!   receiver's unexpected-message memory), when no eager message of the
+//!   receiver's own carries them back.
 //!
 //! Layouts (little-endian, sizes in bytes): `Eager` 24 (`kind, flags,
-//! 0u16, context u32, source u32, tag i32, seq u32, 0u32`); `Rts` 48 plus
+//! 0u16, context u32, source u32, tag i32, seq u32, credits u32`); `Rts` 48 plus
 //! the remote key (`kind, protocol, key_len u16, envelope 16, length u64,
 //! sender request u64, address u64, 0u32, key`); `Cts` 24 (`kind, 0u8,
 //! 0u16, 0u32, sender request u64, receiver request u64`); `Data` 24
@@ -181,6 +182,10 @@ pub struct Eager {
     pub envelope: Envelope,
     /// [`eager_flags`].
     pub flags: u8,
+    /// Eager credits given back with this message: eager messages of the
+    /// receiver's that its sender has consumed (as a [`Credit`] would
+    /// return them, without a message of its own).
+    pub credits: u32,
 }
 
 impl Eager {
@@ -194,7 +199,7 @@ impl Eager {
     /// ```
     /// use fireopal_core::wire::p2p::{Eager, Envelope};
     /// let envelope = Envelope { context: 2, source: 1, tag: 7, seq: 0 };
-    /// let eager = Eager { envelope, flags: 0 };
+    /// let eager = Eager { envelope, flags: 0, credits: 3 };
     /// assert_eq!(Eager::decode(&eager.encode()), Some(eager));
     /// assert_eq!(Eager::decode(&eager.encode()[..20]), None);
     /// ```
@@ -216,7 +221,7 @@ impl Eager {
             return Err(Malformed::UnknownFlags(flags));
         }
         let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-        if b[2] != 0 || b[3] != 0 || word(20) != 0 {
+        if b[2] != 0 || b[3] != 0 {
             return Err(Malformed::ReservedNotZero(Kind::Eager));
         }
         Ok(Eager {
@@ -227,6 +232,7 @@ impl Eager {
                 seq: word(16),
             },
             flags,
+            credits: word(20),
         })
     }
 
@@ -237,7 +243,7 @@ impl Eager {
             w.u8(self.flags);
             w.zeros(2);
             self.envelope.write(w);
-            w.zeros(4);
+            w.u32(self.credits);
         })
     }
 }
@@ -669,6 +675,7 @@ mod tests {
         let eager = Eager {
             envelope: envelope(),
             flags: eager_flags::SYNC,
+            credits: 0x0102_0304,
         };
         assert_eq!(Message::decode(&eager.encode()), Ok(Message::Eager(eager)));
         let key = [9u8; 40];
@@ -784,6 +791,7 @@ mod tests {
         let eager = Eager {
             envelope: envelope(),
             flags: 0,
+            credits: 0,
         }
         .encode();
         assert!(matches!(
@@ -807,7 +815,7 @@ mod tests {
             Err(Malformed::UnknownFlags(0x80))
         );
         let mut reserved = eager;
-        reserved[23] = 1;
+        reserved[2] = 1;
         assert_eq!(
             Message::decode(&reserved),
             Err(Malformed::ReservedNotZero(Kind::Eager))

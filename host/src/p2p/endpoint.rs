@@ -316,11 +316,20 @@ impl P2p {
             let credits = proto.send_credits.get_mut(peer as usize);
             if let Some(c) = credits.filter(|c| **c > 0 && len as u64 <= eager_limit) {
                 *c -= 1;
+                // What this process owes the peer rides back on the
+                // message: a conversation sends no credit messages.
+                let owed = proto.take_owed(peer);
                 drop(proto);
-                let header = Eager { envelope, flags: 0 }.encode();
+                let header = Eager {
+                    envelope,
+                    flags: 0,
+                    credits: owed,
+                }
+                .encode();
                 return match self.messenger.send_layer(peer, TAG_P2P, &header, data) {
                     Ok(_) => Ok(Started::Done),
                     Err(e) => {
+                        self.proto.borrow_mut().owe_again(peer, owed);
                         self.unsend(context, peer, seq);
                         Err(e.into())
                     }
@@ -395,6 +404,7 @@ impl P2p {
 
     /// Checks a receive's arguments: `Ok` carries the failure of a named
     /// source that already failed, which completes the receive at once.
+    #[inline]
     pub(super) fn check_recv(
         &self,
         comm: &Communicator,

@@ -273,6 +273,27 @@ impl Protocol {
         (&mut self.engine, completer)
     }
 
+    /// Eager credits `peer` gave back.
+    fn grant(&mut self, peer: Rank, credits: u32) {
+        if let Some(n) = self.send_credits.get_mut(peer as usize) {
+            *n = n.saturating_add(credits);
+        }
+    }
+
+    /// Takes the credits owed to `peer`, for an eager message to it to
+    /// carry back.
+    pub(crate) fn take_owed(&mut self, peer: Rank) -> u32 {
+        self.owed.get_mut(peer as usize).map_or(0, std::mem::take)
+    }
+
+    /// Owes `credits` to `peer` again: the message that was to carry them
+    /// was not sent.
+    pub(crate) fn owe_again(&mut self, peer: Rank, credits: u32) {
+        if let Some(owed) = self.owed.get_mut(peer as usize) {
+            *owed += credits;
+        }
+    }
+
     /// One message of the point-to-point tag, from `msg.peer`.
     #[inline]
     pub(crate) fn on_message(&mut self, msg: &Incoming<'_>) {
@@ -282,6 +303,9 @@ impl Protocol {
             return self.on_control(msg);
         };
         let (peer, env) = (msg.peer, e.envelope);
+        if e.credits != 0 {
+            self.grant(peer, e.credits);
+        }
         if !self.source_is_sender(peer, &env) {
             return;
         }
@@ -309,6 +333,7 @@ impl Protocol {
         };
         match parsed {
             Message::Eager(e) => {
+                self.grant(peer, e.credits);
                 let arrived = Arrived::Inline {
                     peer,
                     ptr: msg.payload.as_ptr(),
@@ -338,11 +363,7 @@ impl Protocol {
                 req: f.sender_request,
                 status: f.status,
             }),
-            Message::Credit(c) => {
-                if let Some(n) = self.send_credits.get_mut(peer as usize) {
-                    *n = n.saturating_add(c.credits);
-                }
-            }
+            Message::Credit(c) => self.grant(peer, c.credits),
             Message::Ack(a) => self.actions.push_back(Action::PutTail {
                 peer,
                 sender_request: a.sender_request,
@@ -710,4 +731,35 @@ pub(crate) fn fin_header(sender_request: u64, status: FinStatus) -> [u8; Fin::LE
         status,
     }
     .encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owed_credits_go_back_once_on_a_message_or_in_a_batch() {
+        // 4 credits a peer, given back in batches of 2.
+        let mut p = Protocol::new(2, 4);
+        p.completer().owe_credit(1);
+        assert!(p.actions.is_empty(), "half a batch waits");
+        assert_eq!(p.take_owed(1), 1, "an eager message to the peer carries it");
+        assert_eq!(p.take_owed(1), 0, "and only once");
+        // The message was not sent: owed again, and the next one makes a
+        // batch of its own.
+        p.owe_again(1, 1);
+        p.completer().owe_credit(1);
+        assert!(matches!(
+            p.actions.pop_front(),
+            Some(Action::Credit {
+                peer: 1,
+                credits: 2
+            })
+        ));
+        assert_eq!(p.take_owed(1), 0);
+        // What comes back, on a message or in a credit message, adds up.
+        p.grant(1, 3);
+        assert_eq!(p.send_credits[1], 7);
+        assert_eq!(p.take_owed(9), 0, "a rank out of range owes nothing");
+    }
 }

@@ -153,6 +153,7 @@ impl ReqTable {
 
     /// Takes the result of request `id` out, and the request with it,
     /// if it has completed.
+    #[inline]
     pub(crate) fn take_done(&mut self, id: &ReqId) -> Option<Result<Status, Box<P2pError>>> {
         if *id == PARKED {
             let done = self.parked.as_mut()?.done.take()?;
