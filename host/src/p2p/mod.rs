@@ -39,7 +39,8 @@
 //!   by an ACK, writes its tail, so two processors copy it.
 //! - **Flow control**: a sender may have `p2p_eager_credits` eager
 //!   messages unconsumed at each receiver; the receiver credits them back
-//!   in batches as receives take them. Without credits a message goes by
+//!   as receives take them, on its next eager message to that sender, or
+//!   in a credit message once a batch is owed. Without credits a message goes by
 //!   rendezvous, which leaves its data at the sender. So the unexpected
 //!   messages a receiver stores are bounded by `credits × eager limit`
 //!   bytes per sender, plus one announcement per rendezvous.
