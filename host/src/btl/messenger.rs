@@ -853,6 +853,7 @@ impl Messenger {
     /// The error is logged, and an `Err` is no longer returned for it.
     ///
     /// [`take_failures`]: Self::take_failures
+    #[inline]
     pub fn progress(&mut self) -> Result<usize, ProgressError> {
         self.polls = self.polls.wrapping_add(1);
         self.watch_memory();

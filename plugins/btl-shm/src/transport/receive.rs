@@ -92,12 +92,12 @@ impl ShmTransport {
                 events += st.drain_fbox(&view, p, None, sink).unwrap_or(0);
             }
         }
-        let layout = own.layout;
-        if !own.fifo.pending(&view, &layout) {
+        let layout = &own.layout;
+        if !own.fifo.pending(&view, layout) {
             return events;
         }
         for _ in 0..layout.params().fifo_slots {
-            match own.fifo.peek(&view, &layout) {
+            match own.fifo.peek(&view, layout) {
                 FifoItem::Empty => break,
                 FifoItem::BrokenSlot => {
                     // Nobody to blame: skip the slot so the queue goes on.
@@ -106,10 +106,10 @@ impl ShmTransport {
                         LogLevel::Error,
                         "shm: a receive-queue slot is corrupt; skipped",
                     );
-                    own.fifo.release(&view, &layout);
+                    own.fifo.release(&view, layout);
                 }
                 FifoItem::Corrupt(sender, e) => {
-                    own.fifo.release(&view, &layout);
+                    own.fifo.release(&view, layout);
                     let p = sender.map(u32::from).filter(|&s| s != st.local);
                     match p.and_then(|p| {
                         st.peers
@@ -163,7 +163,7 @@ impl ShmTransport {
                             st.counters.corrupt_slots += 1;
                         }
                     }
-                    own.fifo.release(&view, &layout);
+                    own.fifo.release(&view, layout);
                 }
             }
         }
