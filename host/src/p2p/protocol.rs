@@ -626,31 +626,46 @@ impl Completer<'_> {
         let ReqState::Recv { target, post, .. } = &mut req.state else {
             return;
         };
+        if data.len() > target.cap {
+            return self.deliver_truncated(id, env, peer, data);
+        }
+        *post = None;
+        copy_into(target, data);
+        let status = Status {
+            source: env.source,
+            tag: env.tag,
+            count: data.len(),
+        };
+        // Completed where it lies, not looked up again.
+        if settle(req, Ok(status)) {
+            self.reqs.remove(&id);
+        }
+        self.owe_credit(peer);
+    }
+
+    /// An eager message longer than receive `id`'s buffer: what fits is
+    /// delivered, and the receive fails with the truncation.
+    #[cold]
+    #[inline(never)]
+    fn deliver_truncated(&mut self, id: ReqId, env: Envelope, peer: Rank, data: &[u8]) {
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        let ReqState::Recv { target, post, .. } = &mut req.state else {
+            return;
+        };
         *post = None;
         let n = data.len().min(target.cap);
-        if n > 0 && !target.ptr.is_null() {
-            // SAFETY: `target` is the receive's buffer of `cap` bytes, kept
-            // alive and untouched by its owner until the request completes
-            // (owned here, or borrowed by a blocking receive that waits for
-            // it); `data` is the message's own bytes, elsewhere.
-            let to = unsafe { std::slice::from_raw_parts_mut(target.ptr, n) };
-            fireopal_core::copy::copy_bytes(to, &data[..n]);
-        }
+        copy_into(target, &data[..n]);
         let status = Status {
             source: env.source,
             tag: env.tag,
             count: n,
         };
-        let truncated = data.len() > target.cap;
-        let result = if truncated {
-            Err(Box::new(P2pError::Truncated {
-                status,
-                sent: data.len() as u64,
-            }))
-        } else {
-            Ok(status)
-        };
-        // Completed where it lies, not looked up again.
+        let result = Err(Box::new(P2pError::Truncated {
+            status,
+            sent: data.len() as u64,
+        }));
         if settle(req, result) {
             self.reqs.remove(&id);
         }
@@ -692,6 +707,20 @@ fn envelope_of(env: &wire::Envelope) -> Envelope {
         source: env.source,
         tag: env.tag,
     }
+}
+
+/// Copies `data`, which fits, to the start of a receive's buffer.
+#[inline]
+fn copy_into(target: &RecvTarget, data: &[u8]) {
+    if data.is_empty() || target.ptr.is_null() || data.len() > target.cap {
+        return;
+    }
+    // SAFETY: `target` is the receive's buffer of `cap >= data.len()`
+    // bytes, kept alive and untouched by its owner until the request
+    // completes (owned here, or borrowed by a blocking receive that waits
+    // for it); `data` is the message's own bytes, elsewhere.
+    let to = unsafe { std::slice::from_raw_parts_mut(target.ptr, data.len()) };
+    fireopal_core::copy::copy_bytes(to, data);
 }
 
 /// The `len` bytes at `ptr`.
