@@ -310,10 +310,11 @@ impl Protocol {
             return;
         }
         // The commonest case first: the one receive waiting takes it.
-        if let Some((_, id)) = self.engine.arrive_lone(envelope_of(&env), env.seq) {
+        let envelope = envelope_of(&env);
+        if let Some((_, id)) = self.engine.arrive_lone(envelope, env.seq) {
             return self
                 .completer()
-                .deliver_eager(id, envelope_of(&env), peer, msg.payload);
+                .deliver_eager(id, envelope, peer, msg.payload);
         }
         let arrived = Arrived::Inline {
             peer,
@@ -626,34 +627,6 @@ impl Completer<'_> {
         let ReqState::Recv { target, post, .. } = &mut req.state else {
             return;
         };
-        if data.len() > target.cap {
-            return self.deliver_truncated(id, env, peer, data);
-        }
-        *post = None;
-        copy_into(target, data);
-        let status = Status {
-            source: env.source,
-            tag: env.tag,
-            count: data.len(),
-        };
-        // Completed where it lies, not looked up again.
-        if settle(req, Ok(status)) {
-            self.reqs.remove(&id);
-        }
-        self.owe_credit(peer);
-    }
-
-    /// An eager message longer than receive `id`'s buffer: what fits is
-    /// delivered, and the receive fails with the truncation.
-    #[cold]
-    #[inline(never)]
-    fn deliver_truncated(&mut self, id: ReqId, env: Envelope, peer: Rank, data: &[u8]) {
-        let Some(req) = self.reqs.get_mut(&id) else {
-            return;
-        };
-        let ReqState::Recv { target, post, .. } = &mut req.state else {
-            return;
-        };
         *post = None;
         let n = data.len().min(target.cap);
         copy_into(target, &data[..n]);
@@ -662,10 +635,12 @@ impl Completer<'_> {
             tag: env.tag,
             count: n,
         };
-        let result = Err(Box::new(P2pError::Truncated {
-            status,
-            sent: data.len() as u64,
-        }));
+        let result = if n < data.len() {
+            Err(truncation(status, data.len()))
+        } else {
+            Ok(status)
+        };
+        // Completed where it lies, not looked up again.
         if settle(req, result) {
             self.reqs.remove(&id);
         }
@@ -707,6 +682,17 @@ fn envelope_of(env: &wire::Envelope) -> Envelope {
         source: env.source,
         tag: env.tag,
     }
+}
+
+/// The error of a receive whose buffer took `status.count` of the `sent`
+/// bytes; out of line, so that a delivery that fits builds none.
+#[cold]
+#[inline(never)]
+fn truncation(status: Status, sent: usize) -> Box<P2pError> {
+    Box::new(P2pError::Truncated {
+        status,
+        sent: sent as u64,
+    })
 }
 
 /// Copies `data`, which fits, to the start of a receive's buffer.
