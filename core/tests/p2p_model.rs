@@ -267,7 +267,9 @@ impl Mix {
 /// Runs `steps` random operations from `seed` through the engine and the
 /// model, comparing every answer; returns how many matches and holds it
 /// saw, and how many matches took the lone receive's fast path.
-fn run(seed: u64, steps: usize, mix: Mix) -> (usize, usize, usize) {
+/// Runs `steps` random operations; returns the matches, the holds, and
+/// the arrivals taken by the lone and by a posted receive's fast path.
+fn run(seed: u64, steps: usize, mix: Mix) -> (usize, usize, usize, usize) {
     let mut rng = Rng::new(seed);
     let mut engine: MatchEngine<u32, u32> = MatchEngine::new();
     let max_ahead = engine.config().max_ahead;
@@ -277,7 +279,7 @@ fn run(seed: u64, steps: usize, mix: Mix) -> (usize, usize, usize) {
     let mut next_send: HashMap<(u32, u32), u32> = HashMap::new();
     let mut in_flight: Vec<(Envelope, u32, u32)> = Vec::new();
     let mut ids: HashMap<u32, PostId> = HashMap::new();
-    let (mut matches, mut holds, mut lone_taken) = (0, 0, 0);
+    let (mut matches, mut holds, mut lone_taken, mut posted_taken) = (0, 0, 0, 0);
     let mut last_queued = None;
     // Some streams start just below the wrap.
     for ctx in 0..CONTEXTS {
@@ -373,16 +375,24 @@ fn run(seed: u64, steps: usize, mix: Mix) -> (usize, usize, usize) {
                     (got, want)
                 } else {
                     let want = model.arrive(env, seq, msg, max_ahead);
-                    // Through the lone receive's fast path first (always in
-                    // a conversation, else half the time): it must take
-                    // exactly what `arrive` would.
-                    let lone = if matches!(mix, Mix::Conversation) || rng.chance(50) {
+                    // Through the fast paths first (always in a conversation,
+                    // else half the time), the lone receive's then a posted
+                    // receive's: each must take exactly what `arrive` would.
+                    let fast = matches!(mix, Mix::Conversation) || rng.chance(50);
+                    let lone = if fast {
                         engine.arrive_lone(env, seq)
                     } else {
                         None
                     };
+                    let posted = match lone {
+                        None if fast => engine.arrive_posted(env, seq),
+                        _ => None,
+                    };
                     let got = if let Some((_, req)) = lone {
                         lone_taken += 1;
+                        Answer::Arrived(vec![(Some(req), msg)])
+                    } else if let Some((_, req)) = posted {
+                        posted_taken += 1;
                         Answer::Arrived(vec![(Some(req), msg)])
                     } else {
                         match engine.arrive(env, seq, msg, msg as usize, &mut events) {
@@ -479,28 +489,30 @@ fn run(seed: u64, steps: usize, mix: Mix) -> (usize, usize, usize) {
         let bytes: u64 = model.unexpected.iter().map(|u| u64::from(u.1)).sum();
         assert_eq!(counts.unexpected_bytes, bytes);
     }
-    (matches, holds, lone_taken)
+    (matches, holds, lone_taken, posted_taken)
 }
 
 #[test]
 fn random_traffic_matches_the_model() {
-    let (mut matches, mut holds, mut lone) = (0, 0, 0);
+    let (mut matches, mut holds, mut lone, mut posted) = (0, 0, 0, 0);
     for seed in 0..40u64 {
         let mix = if seed % 2 == 1 {
             Mix::Conversation
         } else {
             Mix::Any
         };
-        let (m, h, l) = run(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 3000, mix);
+        let (m, h, l, p) = run(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 3000, mix);
         matches += m;
         holds += h;
         lone += l;
+        posted += p;
     }
-    // The traffic does match, hold and take the fast path (the test is
+    // The traffic does match, hold and take both fast paths (the test is
     // not vacuous).
     assert!(
-        matches > 5_000 && holds > 1_000 && lone > 100,
-        "{matches} matches, {holds} holds, {lone} through the lone receive"
+        matches > 5_000 && holds > 1_000 && lone > 100 && posted > 100,
+        "{matches} matches, {holds} holds, {lone} through the lone receive, \
+         {posted} through a posted one"
     );
 }
 

@@ -377,64 +377,19 @@ pub(super) fn deliver<R, M>(
         }
     }
     let key = (env.source, env.tag);
-    let exact_bin = exact.map.get_mut(&key);
-    let best = if lone.is_some() {
-        None
-    } else {
-        let posts = &store.posts;
-        let stamp_of = |head: Option<usize>| head.and_then(|i| posts.get(i).map(|n| (n.stamp, i)));
-        let mut best: Option<(u64, usize, Which)> = None;
-        let mut consider = |cand: Option<(u64, usize)>, which| {
-            if let Some((stamp, idx)) = cand {
-                if best.is_none_or(|(b, _, _)| stamp < b) {
-                    best = Some((stamp, idx, which));
-                }
+    let mut exact_bin = exact.map.get_mut(&key);
+    if lone.is_none() {
+        if let Some(taken) = take_posted(exact_bin.as_deref_mut(), bins, source_bin, store, &env) {
+            if taken.emptied_exact {
+                exact.emptied(1);
             }
-        };
-        consider(
-            stamp_of(exact_bin.as_ref().and_then(|b| b.posted.head())),
-            Which::Exact,
-        );
-        if bins.any_source_posts != 0 {
-            consider(
-                stamp_of(bins.by_tag.get(&env.tag).and_then(|b| b.posted.head())),
-                Which::ByTag,
-            );
+            let message = Message {
+                envelope: env,
+                msg,
+                bytes,
+            };
+            return took(bins, &mut store.tally, taken.idx, taken.node, message);
         }
-        consider(stamp_of(source_bin.posted.head()), Which::BySource);
-        consider(stamp_of(bins.any.posted.head()), Which::Any);
-        best
-    };
-
-    let posts = &mut store.posts;
-    if let Some((idx, which, node)) = best.and_then(|(_, i, w)| Some((i, w, posts.remove(i)?))) {
-        let [link] = node.link;
-        match which {
-            Which::Exact => {
-                if let Some(bin) = exact_bin {
-                    bin.posted.detach(posts, link, 0);
-                    if bin.is_empty() {
-                        exact.emptied(1);
-                    }
-                }
-            }
-            Which::ByTag => {
-                if bins
-                    .by_tag
-                    .take_from(&env.tag, |b| b.posted.detach(posts, link, 0))
-                {
-                    bins.any_source_posts -= 1;
-                }
-            }
-            Which::BySource => source_bin.posted.detach(posts, link, 0),
-            Which::Any => bins.any.posted.detach(posts, link, 0),
-        }
-        let message = Message {
-            envelope: env,
-            msg,
-            bytes,
-        };
-        return took(bins, &mut store.tally, idx, node, message);
     }
 
     let exact_bin = match exact_bin {
@@ -467,6 +422,81 @@ pub(super) fn deliver<R, M>(
         envelope: env,
         bytes,
     }
+}
+
+/// A queued receive taken out of its slab and bin by an arrival.
+pub(super) struct Taken<R> {
+    /// Its slab index.
+    pub(super) idx: usize,
+    /// The receive.
+    pub(super) node: PostNode<R>,
+    /// It was the last one in its exact bin, which the caller counts as
+    /// emptied.
+    pub(super) emptied_exact: bool,
+}
+
+/// Takes the earliest-posted queued receive that accepts `env` out of its
+/// slab and its bin, the lone receive excepted (the caller looks at it
+/// first). `exact_bin` is the bin of `env`'s source and tag, if it
+/// exists; `source_bin` the bin of its stream. The tallies are the
+/// caller's to count.
+#[inline]
+pub(super) fn take_posted<R, M>(
+    exact_bin: Option<&mut Bin>,
+    bins: &mut Bins,
+    source_bin: &mut Bin,
+    store: &mut Store<R, M>,
+    env: &Envelope,
+) -> Option<Taken<R>> {
+    let posts = &mut store.posts;
+    let stamp_of = |head: Option<usize>| head.and_then(|i| posts.get(i).map(|n| (n.stamp, i)));
+    let mut best: Option<(u64, usize, Which)> = None;
+    let mut consider = |cand: Option<(u64, usize)>, which| {
+        if let Some((stamp, idx)) = cand {
+            if best.is_none_or(|(b, _, _)| stamp < b) {
+                best = Some((stamp, idx, which));
+            }
+        }
+    };
+    consider(
+        stamp_of(exact_bin.as_ref().and_then(|b| b.posted.head())),
+        Which::Exact,
+    );
+    if bins.any_source_posts != 0 {
+        consider(
+            stamp_of(bins.by_tag.get(&env.tag).and_then(|b| b.posted.head())),
+            Which::ByTag,
+        );
+    }
+    consider(stamp_of(source_bin.posted.head()), Which::BySource);
+    consider(stamp_of(bins.any.posted.head()), Which::Any);
+    let (_, idx, which) = best?;
+    let node = posts.remove(idx)?;
+    let [link] = node.link;
+    let mut emptied_exact = false;
+    match which {
+        Which::Exact => {
+            if let Some(bin) = exact_bin {
+                bin.posted.detach(posts, link, 0);
+                emptied_exact = bin.is_empty();
+            }
+        }
+        Which::ByTag => {
+            if bins
+                .by_tag
+                .take_from(&env.tag, |b| b.posted.detach(posts, link, 0))
+            {
+                bins.any_source_posts -= 1;
+            }
+        }
+        Which::BySource => source_bin.posted.detach(posts, link, 0),
+        Which::Any => bins.any.posted.detach(posts, link, 0),
+    }
+    Some(Taken {
+        idx,
+        node,
+        emptied_exact,
+    })
 }
 
 /// The event of queued receive `idx` (`node`, out of its slab and bin)

@@ -309,9 +309,14 @@ impl Protocol {
         if !self.source_is_sender(peer, &env) {
             return;
         }
-        // The commonest case first: the one receive waiting takes it.
+        // The commonest cases first: the one receive waiting takes it, or
+        // one of several posted.
         let envelope = envelope_of(&env);
-        if let Some((_, id)) = self.engine.arrive_lone(envelope, env.seq) {
+        let posted = match self.engine.arrive_lone(envelope, env.seq) {
+            Some(taken) => Some(taken),
+            None => self.engine.arrive_posted(envelope, env.seq),
+        };
+        if let Some((_, id)) = posted {
             return self
                 .completer()
                 .deliver_eager(id, envelope, peer, msg.payload);
