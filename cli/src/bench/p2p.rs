@@ -141,6 +141,8 @@ fn pingpong(
 /// or both ways at once; each window ends with an empty answer. As the
 /// OSU benchmarks and `scripts/mpi/pingpong.c` do, the window's sends
 /// read one buffer and its receives all land in one buffer.
+// Not inlined, for the same reason as `pingpong`.
+#[inline(never)]
 #[allow(unsafe_code)]
 fn stream(
     p2p: &mut P2p,

@@ -11,6 +11,7 @@
 
 #![allow(unsafe_code)]
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
@@ -28,8 +29,9 @@ use super::{Communicator, P2p, P2pError, Source, Status, Tag};
 pub struct Request<B> {
     id: Option<ReqId>,
     /// Set when the request completed at once (an eager send): its result
-    /// and buffer.
-    ready: Option<(Result<Status, P2pError>, B)>,
+    /// and buffer. The error is boxed: a request is moved through every
+    /// `waitall`, and completing at once is mostly a success.
+    ready: Option<(Result<Status, Box<P2pError>>, B)>,
     proto: Rc<RefCell<Protocol>>,
     _buffer: PhantomData<B>,
 }
@@ -116,7 +118,7 @@ impl P2p {
     ) -> Request<B> {
         Request {
             id,
-            ready,
+            ready: ready.map(|(result, buf)| (result.map_err(Box::new), buf)),
             proto: Rc::clone(&self.proto),
             _buffer: PhantomData,
         }
@@ -288,7 +290,7 @@ impl P2p {
     #[allow(clippy::result_large_err)]
     pub fn wait<B: 'static>(&mut self, mut req: Request<B>) -> Result<(B, Status), Failure<B>> {
         if let Some((result, buf)) = req.ready.take() {
-            return finish(result, buf);
+            return finish(result.map_err(|e| *e), buf);
         }
         let Some(id) = req.id else {
             return Err(Failure {
@@ -312,16 +314,7 @@ impl P2p {
                 request: None,
             });
         };
-        match owned.and_then(|b| b.downcast::<B>().ok()) {
-            Some(buf) => finish(result, *buf),
-            None => Err(Failure {
-                error: result
-                    .err()
-                    .unwrap_or(P2pError::Collective("request lost its buffer")),
-                buffer: None,
-                request: None,
-            }),
-        }
+        finish_owned(result, owned)
     }
 
     /// Waits for every request, in order. When the wait fails (a stall),
@@ -347,16 +340,32 @@ impl P2p {
                 next == pending.len()
             })
             .err();
-        reqs.into_iter()
-            .map(|r| match (&failed, r.id) {
-                (Some(error), Some(id)) if r.ready.is_none() && !self.is_done(id) => Err(Failure {
+        let mut out = Vec::with_capacity(reqs.len());
+        for mut r in reqs {
+            // The common cases first, without `wait`'s look at the table.
+            if let Some((result, buf)) = r.ready.take() {
+                out.push(finish(result.map_err(|e| *e), buf));
+                continue;
+            }
+            let finished = match r.id {
+                Some(id) => self.take_done(id),
+                None => None,
+            };
+            let result = match (finished, &failed) {
+                (Some((result, owned)), _) => {
+                    r.id = None;
+                    finish_owned(result, owned)
+                }
+                (None, Some(error)) if r.id.is_some() => Err(Failure {
                     error: error.clone(),
                     buffer: None,
                     request: Some(r),
                 }),
-                _ => self.wait(r),
-            })
-            .collect()
+                (None, _) => self.wait(r),
+            };
+            out.push(result);
+        }
+        out
     }
 
     /// Sends `data` to rank `dest` of `comm` and returns once the buffer
@@ -501,6 +510,25 @@ impl P2p {
             found.is_some()
         })?;
         found.ok_or(P2pError::Collective("probe lost its message"))
+    }
+}
+
+/// The answer of a request taken out of the table, with the buffer it
+/// owned.
+#[allow(clippy::result_large_err)]
+fn finish_owned<B: 'static>(
+    result: Result<Status, P2pError>,
+    owned: Option<Box<dyn Any>>,
+) -> Result<(B, Status), Failure<B>> {
+    match owned.and_then(|b| b.downcast::<B>().ok()) {
+        Some(buf) => finish(result, *buf),
+        None => Err(Failure {
+            error: result
+                .err()
+                .unwrap_or(P2pError::Collective("request lost its buffer")),
+            buffer: None,
+            request: None,
+        }),
     }
 }
 
