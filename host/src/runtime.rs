@@ -231,7 +231,7 @@ impl Runtime {
         };
         drained.map_err(|e| match e {
             btl::WaitError::Stalled { limit } => RuntimeError::P2p(P2pError::Stalled { limit }),
-            btl::WaitError::Progress(e) => RuntimeError::P2p(P2pError::Progress(e)),
+            btl::WaitError::Progress(e) => RuntimeError::P2p(P2pError::Progress(Box::new(e))),
         })?;
         self.boot.barrier().map_err(RuntimeError::Finalize)?;
         if let Some(handle) = self.heap_registration.take() {

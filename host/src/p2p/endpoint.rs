@@ -186,7 +186,10 @@ impl P2p {
     /// Drives the transports once and does what arrived messages asked
     /// for. Returns the work done (0: nothing happened).
     pub fn progress(&mut self) -> Result<usize, P2pError> {
-        let mut work = self.messenger.progress().map_err(P2pError::Progress)?;
+        let mut work = self
+            .messenger
+            .progress()
+            .map_err(|e| P2pError::Progress(Box::new(e)))?;
         // Each step is skipped, not run empty, when it has nothing: a
         // blocking wait polls this in a loop, and how fast the loop turns
         // is how soon an arrival is seen.
@@ -380,10 +383,10 @@ impl P2p {
                 .messenger
                 .send_layer(peer, TAG_P2P, &header, &[])
                 .map_err(P2pError::from),
-            None => Err(P2pError::Send(SendError::HeaderTooLong {
+            None => Err(P2pError::Send(Box::new(SendError::HeaderTooLong {
                 len: Rts::BASE_LEN + key.len(),
                 max: Rts::BASE_LEN + MAX_KEY_LEN,
-            })),
+            }))),
         };
         if let Err(e) = sent {
             let mut proto = self.proto.borrow_mut();
@@ -629,6 +632,7 @@ impl P2p {
                 continue;
             }
             if let Some(failure) = self.messenger.peer_failed(peer).cloned() {
+                let failure = Box::new(failure);
                 self.fail_peer(peer, P2pError::PeerFailed { peer, failure });
             }
         }

@@ -11,6 +11,9 @@ use super::Status;
 use crate::btl::{PeerFailure, ProgressError, SendError};
 
 /// Why a point-to-point call or request failed.
+///
+/// The errors of the layers below are boxed: every request's result and
+/// every `waitall` answer carries this type, so it stays four words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum P2pError {
     /// The message was longer than the receive buffer: the bytes that fit
@@ -26,17 +29,17 @@ pub enum P2pError {
         /// The peer's world rank.
         peer: Rank,
         /// How it failed.
-        failure: PeerFailure,
+        failure: Box<PeerFailure>,
     },
     /// The messenger refused or failed an operation.
-    Send(SendError),
+    Send(Box<SendError>),
     /// The receiver could not read a rendezvous message from the sender's
     /// memory (the transport's `get` failed).
     RemoteRead {
         /// The sender's world rank.
         peer: Rank,
         /// The transport's error.
-        error: SendError,
+        error: Box<SendError>,
     },
     /// The receiver reported that it could not read this send's data.
     ReadRefused {
@@ -81,7 +84,7 @@ pub enum P2pError {
         limit: Duration,
     },
     /// The messenger's `progress` failed.
-    Progress(ProgressError),
+    Progress(Box<ProgressError>),
     /// A peer broke the point-to-point protocol; it is no longer heard,
     /// and its requests fail with this.
     Protocol {
@@ -176,9 +179,9 @@ impl fmt::Display for P2pError {
 impl std::error::Error for P2pError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::PeerFailed { failure, .. } => Some(failure),
-            Self::Send(e) | Self::RemoteRead { error: e, .. } => Some(e),
-            Self::Progress(e) => Some(e),
+            Self::PeerFailed { failure, .. } => Some(&**failure),
+            Self::Send(e) | Self::RemoteRead { error: e, .. } => Some(&**e),
+            Self::Progress(e) => Some(&**e),
             Self::Protocol { violation, .. } => Some(violation),
             _ => None,
         }
@@ -188,8 +191,11 @@ impl std::error::Error for P2pError {
 impl From<SendError> for P2pError {
     fn from(e: SendError) -> Self {
         match e {
-            SendError::PeerFailed { peer, failure } => Self::PeerFailed { peer, failure },
-            e => Self::Send(e),
+            SendError::PeerFailed { peer, failure } => Self::PeerFailed {
+                peer,
+                failure: Box::new(failure),
+            },
+            e => Self::Send(Box::new(e)),
         }
     }
 }

@@ -286,8 +286,6 @@ impl P2p {
     }
 
     /// Waits for `req` to complete, then returns its buffer and status.
-    // The error hands the buffer back, so it is as large as the buffer.
-    #[allow(clippy::result_large_err)]
     pub fn wait<B: 'static>(&mut self, mut req: Request<B>) -> Result<(B, Status), Failure<B>> {
         if let Some((result, buf)) = req.ready.take() {
             return finish(result.map_err(|e| *e), buf);
@@ -320,7 +318,6 @@ impl P2p {
     /// Waits for every request, in order. When the wait fails (a stall),
     /// the requests not complete come back at once in failures with its
     /// error, each with its request: none is waited for again.
-    #[allow(clippy::result_large_err)]
     pub fn waitall<B: 'static>(
         &mut self,
         reqs: Vec<Request<B>>,
@@ -515,7 +512,6 @@ impl P2p {
 
 /// The answer of a request taken out of the table, with the buffer it
 /// owned.
-#[allow(clippy::result_large_err)]
 fn finish_owned<B: 'static>(
     result: Result<Status, P2pError>,
     owned: Option<Box<dyn Any>>,
@@ -532,7 +528,6 @@ fn finish_owned<B: 'static>(
     }
 }
 
-#[allow(clippy::result_large_err)]
 fn finish<B>(result: Result<Status, P2pError>, buf: B) -> Result<(B, Status), Failure<B>> {
     match result {
         Ok(status) => Ok((buf, status)),
