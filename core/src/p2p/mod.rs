@@ -98,6 +98,10 @@
 //! message the lone receive accepts, nothing held behind it) without
 //! building an event. A second receive posted into the context first
 //! lists the lone one in its bin, which keeps the post order.
+//! [`MatchEngine::arrive_posted`] is the same shortcut for a context with
+//! several receives queued (a window of posted `irecv`s): an in-order
+//! message goes to the earliest-posted receive that accepts it, with one
+//! exact-bin lookup and no event, or the call changes nothing.
 //!
 //! What is not `O(1)`: [`MatchEngine::fail_source`] visits the exact bins
 //! of the context to find the receives naming the failed source, and

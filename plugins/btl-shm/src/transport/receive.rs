@@ -4,7 +4,9 @@
 //! Each `progress` ([`ShmTransport::receive`]) first hands over queue
 //! fragments that arrived before their sender was added (kept in
 //! `stash`), then takes up to [`FBOX_BATCH`] entries from each fast box
-//! that has some, then goes once round the receive queue. Order per peer
+//! that has some (the first, when it is an in-order active message,
+//! through [`State::take_active`]), then goes once round the receive
+//! queue. Order per peer
 //! holds across the two paths through the pair's sequence numbers: fast-box
 //! entries are taken while their number is the next one
 //! ([`State::drain_fbox`]), and a queue fragment first drains the fast box
