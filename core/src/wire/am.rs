@@ -211,7 +211,7 @@ pub enum LaneNotice<'a> {
         /// The number the receiver waits for.
         next: u32,
     },
-    /// The receiver's module `component`[`index`] lost its lane to the
+    /// The receiver's module `component`\[`index`\] lost its lane to the
     /// sender: messages may be lost on it, so the sender stops using that
     /// lane and sends again every message it keeps from `next` on.
     LaneLost {
