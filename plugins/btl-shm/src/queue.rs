@@ -157,8 +157,11 @@ pub(crate) struct FboxReader {
     max_entry: usize,
     read: u64,
     published: u64,
-    /// Lines consumed before the reader tells the writer.
+    /// Lines consumed before a poll that found nothing tells the writer.
     batch: u64,
+    /// Lines consumed before the reader tells the writer at once, on a
+    /// message's path.
+    pressed: u64,
 }
 
 impl FboxReader {
@@ -170,9 +173,9 @@ impl FboxReader {
         let entry_lines = (max_entry / LINE) as u64;
         // Lines read but not yet handed back must leave the writer room
         // for its largest entry plus a wrap: at most `lines - 2·entry`.
-        let batch = (lines / 4)
-            .min(lines.saturating_sub(2 * entry_lines) + 1)
-            .max(1);
+        let most = lines.saturating_sub(2 * entry_lines) + 1;
+        let batch = (lines / 4).min(most).max(1);
+        let pressed = (2 * batch).min(most).max(batch);
         Some(Self {
             ring: layout.fbox_ring(local)?,
             ctl: layout.fbox_ctl(local)?,
@@ -181,6 +184,7 @@ impl FboxReader {
             read: 0,
             published: 0,
             batch,
+            pressed,
         })
     }
 
@@ -225,17 +229,34 @@ impl FboxReader {
     }
 
     /// Called after every `consume`, so that the reader never gets a ring
-    /// ahead of the lines it zeroed.
+    /// ahead of the lines it zeroed: hands consumed lines back to the
+    /// writer once twice a batch of them wait ([`publish_idle`] hands them
+    /// back sooner, off the messages' path).
     ///
-    /// Hands consumed lines back to the writer once a batch of them is
-    /// consumed: zeroes the first word of each, so that no stale word is
-    /// ever taken for a header, then stores the read position (release:
-    /// the zeroes are visible before the lines are reused). Batching keeps
-    /// these stores, which steal lines from the writer's cache, off the
-    /// path of each message.
+    /// [`publish_idle`]: Self::publish_idle
     #[inline]
     pub(crate) fn publish(&mut self, view: &View<'_>) {
-        if self.read - self.published < self.batch {
+        self.hand_back(view, self.pressed);
+    }
+
+    /// Hands consumed lines back to the writer once a batch of them
+    /// waits: for a poll that found nothing to do, so that a process
+    /// waiting for its next message does it, not one that has a message
+    /// to answer.
+    #[inline]
+    pub(crate) fn publish_idle(&mut self, view: &View<'_>) {
+        self.hand_back(view, self.batch);
+    }
+
+    /// Zeroes the first word of each consumed line, so that no stale word
+    /// is ever taken for a header, then stores the read position
+    /// (release: the zeroes are visible before the lines are reused),
+    /// once at least `least` lines wait. Batching keeps these stores,
+    /// which steal lines from the writer's cache, off the path of each
+    /// message.
+    #[inline]
+    fn hand_back(&mut self, view: &View<'_>, least: u64) {
+        if self.read - self.published < least {
             return;
         }
         for pos in self.published..self.read {

@@ -106,6 +106,15 @@ impl ShmTransport {
                 None => events += st.drain_fbox(&view, p, None, sink).unwrap_or(0),
             }
         }
+        if events == 0 {
+            // Nothing arrived: hand consumed fast-box lines back now, while
+            // no message waits for an answer.
+            for &p in &st.active {
+                if let Some(peer) = st.peers.get_mut(p as usize).and_then(Option::as_mut) {
+                    peer.fbox_rx.publish_idle(&view);
+                }
+            }
+        }
         let layout = &own.layout;
         if !own.fifo.pending(&view, layout) {
             return events;
