@@ -256,7 +256,13 @@ impl<R, M> MatchEngine<R, M> {
         }
         let store = &mut self.store;
         let exact_bin = exact.map.get_mut(&(envelope.source, envelope.tag));
-        let taken = take_posted(exact_bin, bins, &mut stream.bin, store, &envelope)?;
+        let taken = take_posted(
+            exact_bin,
+            bins,
+            &mut stream.bin,
+            &mut store.posts,
+            &envelope,
+        )?;
         if taken.emptied_exact {
             exact.emptied(1);
         }
