@@ -431,3 +431,86 @@ pub(crate) fn fifo_init(view: &View<'_>, layout: &Layout) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fireopal_core::shmq::layout::LayoutParams;
+
+    use super::*;
+    use crate::buffer::LocalSegment;
+
+    /// A fast box of 64 lines (batch 16, pressed at 32) for sender 1.
+    fn segment() -> (LocalSegment, Layout) {
+        let layout = Layout::new(LayoutParams {
+            local_size: 2,
+            fbox_bytes: 4096,
+            fbox_max_entry: 256,
+            fifo_slots: 8,
+            fifo_slot_bytes: 512,
+        })
+        .expect("layout");
+        let seg =
+            LocalSegment::create(c"fireopal-shm-test", 0, layout.total_len()).expect("segment");
+        (seg, layout)
+    }
+
+    fn one_line() -> Frag<'static> {
+        Frag {
+            kind: Kind::Active,
+            tag: 1,
+            hdr_len: 0,
+            parts: [b"payload", &[], &[]],
+        }
+    }
+
+    /// Takes `n` one-line entries, handing lines back as on a message's
+    /// path; returns the position the writer sees.
+    fn take(reader: &mut FboxReader, view: &View<'_>, n: u32, ctl: usize) -> u64 {
+        for _ in 0..n {
+            match reader.peek(view) {
+                Ok(FboxItem::Entry(h, _)) => reader.consume(Some(h.lines())),
+                other => panic!("expected an entry, found {other:?}"),
+            }
+            reader.publish(view);
+        }
+        view.word(ctl)
+            .map(|w| w.load(Ordering::Acquire))
+            .expect("ctl")
+    }
+
+    #[test]
+    fn consumed_lines_go_back_when_idle_or_when_pressed() {
+        let (seg, layout) = segment();
+        let view = seg.map.view();
+        let ctl = layout.fbox_ctl(1).expect("ctl");
+        let mut writer = FboxWriter::new(&layout, 1).expect("writer");
+        let mut reader = FboxReader::new(&layout, 1).expect("reader");
+        let mut seq = 0;
+        let mut write = |writer: &mut FboxWriter, n: u32| {
+            for _ in 0..n {
+                assert!(writer.try_write(&view, seq, &one_line()), "entry {seq}");
+                seq += 1;
+            }
+        };
+        // A batch taken on the path stays with the reader...
+        write(&mut writer, 20);
+        assert_eq!(take(&mut reader, &view, 20, ctl), 0);
+        // ...until a poll that found nothing hands it back.
+        reader.publish_idle(&view);
+        assert_eq!(view.word(ctl).map(|w| w.load(Ordering::Acquire)), Some(20));
+        // A reader that is never idle hands back at twice the batch.
+        write(&mut writer, 40);
+        assert_eq!(take(&mut reader, &view, 31, ctl), 20);
+        assert_eq!(take(&mut reader, &view, 1, ctl), 52);
+        // The writer sees the lines handed back and fills the ring again,
+        // and no further; every line start the reader reaches was zeroed,
+        // so it finds only what was written in this lap.
+        write(&mut writer, 56);
+        assert!(
+            !writer.try_write(&view, seq, &one_line()),
+            "the ring is full"
+        );
+        assert_eq!(take(&mut reader, &view, 64, ctl), 116);
+        assert!(!reader.pending(&view));
+    }
+}
