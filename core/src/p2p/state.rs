@@ -381,53 +381,19 @@ pub(super) fn deliver<R, M>(
     let best = if lone.is_some() {
         None
     } else {
-        let posts = &store.posts;
-        let stamp_of = |head: Option<usize>| head.and_then(|i| posts.get(i).map(|n| (n.stamp, i)));
-        let mut best: Option<(u64, usize, Which)> = None;
-        let mut consider = |cand: Option<(u64, usize)>, which| {
-            if let Some((stamp, idx)) = cand {
-                if best.is_none_or(|(b, _, _)| stamp < b) {
-                    best = Some((stamp, idx, which));
-                }
-            }
-        };
-        consider(
-            stamp_of(exact_bin.as_ref().and_then(|b| b.posted.head())),
-            Which::Exact,
-        );
-        if bins.any_source_posts != 0 {
-            consider(
-                stamp_of(bins.by_tag.get(&env.tag).and_then(|b| b.posted.head())),
-                Which::ByTag,
-            );
-        }
-        consider(stamp_of(source_bin.posted.head()), Which::BySource);
-        consider(stamp_of(bins.any.posted.head()), Which::Any);
-        best
+        earliest_posted(
+            exact_bin.as_deref(),
+            bins,
+            source_bin,
+            &store.posts,
+            env.tag,
+        )
     };
-
     let posts = &mut store.posts;
-    if let Some((idx, which, node)) = best.and_then(|(_, i, w)| Some((i, w, posts.remove(i)?))) {
+    if let Some((idx, which, node)) = best.and_then(|(i, w)| Some((i, w, posts.remove(i)?))) {
         let [link] = node.link;
-        match which {
-            Which::Exact => {
-                if let Some(bin) = exact_bin {
-                    bin.posted.detach(posts, link, 0);
-                    if bin.is_empty() {
-                        exact.emptied(1);
-                    }
-                }
-            }
-            Which::ByTag => {
-                if bins
-                    .by_tag
-                    .take_from(&env.tag, |b| b.posted.detach(posts, link, 0))
-                {
-                    bins.any_source_posts -= 1;
-                }
-            }
-            Which::BySource => source_bin.posted.detach(posts, link, 0),
-            Which::Any => bins.any.posted.detach(posts, link, 0),
+        if detach_posted(which, exact_bin, bins, source_bin, posts, link, env.tag) {
+            exact.emptied(1);
         }
         let message = Message {
             envelope: env,
@@ -485,10 +451,6 @@ pub(super) struct Taken<R> {
 /// first). `exact_bin` is the bin of `env`'s source and tag, if it
 /// exists; `source_bin` the bin of its stream. The tallies are the
 /// caller's to count.
-///
-/// [`deliver`] makes the same choice in its own body: built on this
-/// function, the engine's general arrival measured 5-20 % slower
-/// (`benches/matching.rs`, the one-at-a-time unexpected shape most).
 #[inline]
 pub(super) fn take_posted<R>(
     exact_bin: Option<&mut Bin>,
@@ -497,6 +459,29 @@ pub(super) fn take_posted<R>(
     posts: &mut Slab<PostNode<R>>,
     env: &Envelope,
 ) -> Option<Taken<R>> {
+    let (idx, which) = earliest_posted(exact_bin.as_deref(), bins, source_bin, posts, env.tag)?;
+    let node = posts.remove(idx)?;
+    let [link] = node.link;
+    let emptied_exact = detach_posted(which, exact_bin, bins, source_bin, posts, link, env.tag);
+    Some(Taken {
+        idx,
+        node,
+        emptied_exact,
+    })
+}
+
+/// The slab index of the earliest-posted queued receive that a message
+/// of tag `tag` can take, and the bin it waits in: the heads of the four
+/// bins it may be in, compared by post stamp (`exact_bin` and
+/// `source_bin` are the message's own).
+#[inline(always)]
+fn earliest_posted<R>(
+    exact_bin: Option<&Bin>,
+    bins: &Bins,
+    source_bin: &Bin,
+    posts: &Slab<PostNode<R>>,
+    tag: i32,
+) -> Option<(usize, Which)> {
     let stamp_of = |head: Option<usize>| head.and_then(|i| posts.get(i).map(|n| (n.stamp, i)));
     let mut best: Option<(u64, usize, Which)> = None;
     let mut consider = |cand: Option<(u64, usize)>, which| {
@@ -507,32 +492,44 @@ pub(super) fn take_posted<R>(
         }
     };
     consider(
-        stamp_of(exact_bin.as_ref().and_then(|b| b.posted.head())),
+        stamp_of(exact_bin.and_then(|b| b.posted.head())),
         Which::Exact,
     );
     if bins.any_source_posts != 0 {
         consider(
-            stamp_of(bins.by_tag.get(&env.tag).and_then(|b| b.posted.head())),
+            stamp_of(bins.by_tag.get(&tag).and_then(|b| b.posted.head())),
             Which::ByTag,
         );
     }
     consider(stamp_of(source_bin.posted.head()), Which::BySource);
     consider(stamp_of(bins.any.posted.head()), Which::Any);
-    let (_, idx, which) = best?;
-    let node = posts.remove(idx)?;
-    let [link] = node.link;
-    let mut emptied_exact = false;
+    best.map(|(_, idx, which)| (idx, which))
+}
+
+/// Unlinks a receive taken out of the slab (its `link`) from the bin
+/// [`earliest_posted`] found it in; true when that was its exact bin and
+/// the bin is now empty (the caller counts it emptied).
+#[inline(always)]
+fn detach_posted<R>(
+    which: Which,
+    exact_bin: Option<&mut Bin>,
+    bins: &mut Bins,
+    source_bin: &mut Bin,
+    posts: &mut Slab<PostNode<R>>,
+    link: Link,
+    tag: i32,
+) -> bool {
     match which {
         Which::Exact => {
             if let Some(bin) = exact_bin {
                 bin.posted.detach(posts, link, 0);
-                emptied_exact = bin.is_empty();
+                return bin.is_empty();
             }
         }
         Which::ByTag => {
             if bins
                 .by_tag
-                .take_from(&env.tag, |b| b.posted.detach(posts, link, 0))
+                .take_from(&tag, |b| b.posted.detach(posts, link, 0))
             {
                 bins.any_source_posts -= 1;
             }
@@ -540,11 +537,7 @@ pub(super) fn take_posted<R>(
         Which::BySource => source_bin.posted.detach(posts, link, 0),
         Which::Any => bins.any.posted.detach(posts, link, 0),
     }
-    Some(Taken {
-        idx,
-        node,
-        emptied_exact,
-    })
+    false
 }
 
 /// The event of queued receive `idx` (`node`, out of its slab and bin)
