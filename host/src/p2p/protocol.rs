@@ -312,10 +312,10 @@ impl Protocol {
         // The commonest cases first: the one receive waiting takes it, or
         // one of several posted.
         let envelope = envelope_of(&env);
-        let posted = match self.engine.arrive_lone(envelope, env.seq) {
-            Some(taken) => Some(taken),
-            None => self.engine.arrive_posted(envelope, env.seq),
-        };
+        let posted = self
+            .engine
+            .arrive_lone(envelope, env.seq)
+            .or_else(|| self.engine.arrive_posted(envelope, env.seq));
         if let Some((_, id)) = posted {
             return self
                 .completer()

@@ -96,14 +96,15 @@ impl ShmTransport {
             // The commonest arrival, one active message, taken without the
             // whole drain; the drain takes what follows it, and anything
             // else (a wrap, another kind, a corrupt entry).
-            match st.take_active(&view, p, sink) {
+            let more = match st.take_active(&view, p, sink) {
                 Some(more) => {
                     events += 1;
-                    if more {
-                        events += st.drain_fbox(&view, p, None, sink).unwrap_or(0);
-                    }
+                    more
                 }
-                None => events += st.drain_fbox(&view, p, None, sink).unwrap_or(0),
+                None => true,
+            };
+            if more {
+                events += st.drain_fbox(&view, p, None, sink).unwrap_or(0);
             }
         }
         if events == 0 {
