@@ -322,12 +322,12 @@ impl P2p {
         &mut self,
         reqs: Vec<Request<B>>,
     ) -> Vec<Result<(B, Status), Failure<B>>> {
-        let ids: Vec<Option<ReqId>> = reqs.iter().map(|r| r.id).collect();
         // Drive them all first, so that completions are not serialized
         // behind the first request's.
         // Requests complete mostly in order: a cursor skips the done ones
         // once instead of looking at every request on every poll.
-        let pending: Vec<ReqId> = ids.iter().flatten().copied().collect();
+        let mut pending: Vec<ReqId> = Vec::with_capacity(reqs.len());
+        pending.extend(reqs.iter().filter_map(|r| r.id));
         let mut next = 0;
         let failed = self
             .wait_for(|p| {
