@@ -118,6 +118,9 @@ done
 # The machine line, and its limits measured now.
 {
     echo "cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+    # The model name alone may not tell a processor's generation.
+    echo "cpu_family=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+    echo "cpu_model=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -1)"
     echo "cores=$(nproc)"
     echo "kernel=$(uname -sr)"
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -6,6 +6,16 @@ bench JSON, or the MPI programs' tables), and prints per size the median
 and min-max latency and bandwidth of every contender over the rounds, with
 the ratio fireopal/peer of the medians. With --json FILE it also writes
 the same figures, and every round's raw value, as JSON.
+
+Some hosts run a whole job in a slower state now and then (two virtual
+processors placed apart: every cache-line transfer and kernel copy takes
+twice as long or more). A run whose rounds fell in different states
+compares the states, not the libraries, so the report also gives the
+medians of each contender's rounds in its faster state: a round is slow
+when at two sizes or more its latency is over SLOW times that
+contender's best at the size. (The slow state moves small messages on
+shared memory and large ones on loopback tcp; one size alone may be
+noise.)
 """
 
 import argparse
@@ -18,6 +28,9 @@ from pathlib import Path
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
 ROW = re.compile(r"^\s*(\d+)\s+(B|KiB|MiB)\s+([0-9.]+)\s+([0-9.]+)\s*$")
 ROUND_FILE = re.compile(r"^round-(\d+)-([a-z]+)\.txt$")
+# A round whose latencies at two sizes are over this many times the
+# contender's best is in the host's slow state.
+SLOW = 1.5
 
 
 def parse_fireopal(text):
@@ -71,6 +84,18 @@ def spread(values):
     }
 
 
+def slowdown(rounds, sizes):
+    """Each round's latency against the best of all rounds, size by size:
+    the second largest of these ratios (the largest with one size), 1.0
+    for a round that was fastest at every size or all but one."""
+    best = {s: min(r[s][0] for r in rounds) for s in sizes}
+    out = []
+    for r in rounds:
+        ratios = sorted(r[s][0] / best[s] for s in sizes if best[s] > 0)
+        out.append(ratios[-2] if len(ratios) > 1 else (ratios or [1.0])[0])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", type=Path)
@@ -99,24 +124,42 @@ def main():
     )
     sizes = sorted(set.intersection(*(set(r) for rs in runs.values() for r in rs)))
 
-    figures = {}
-    for who, rs in runs.items():
-        figures[who] = {
-            s: {
-                "latency_us": spread([r[s][0] for r in rs]),
-                "bandwidth_mbs": spread([r[s][1] for r in rs]),
+    def summarise(pick):
+        out = {}
+        for who, rs in runs.items():
+            rs = pick(who, rs)
+            out[who] = {
+                s: {
+                    "latency_us": spread([r[s][0] for r in rs]),
+                    "bandwidth_mbs": spread([r[s][1] for r in rs]),
+                }
+                for s in sizes
             }
-            for s in sizes
-        }
+        return out
 
-    def ratio(who, s, key):
-        a = figures["fireopal"][s][key]["median"]
-        b = figures[who][s][key]["median"]
+    slow = {who: slowdown(rs, sizes) for who, rs in runs.items()}
+    fast_rounds = {
+        who: [r for r, x in zip(rs, slow[who]) if x <= SLOW] for who, rs in runs.items()
+    }
+    figures = summarise(lambda who, rs: rs)
+    fast = (
+        summarise(lambda who, rs: fast_rounds[who])
+        if all(fast_rounds.values())
+        else None
+    )
+
+    def ratio(who, s, key, figs=None):
+        figs = figs or figures
+        a = figs["fireopal"][s][key]["median"]
+        b = figs[who][s][key]["median"]
         return a / b if b else None
 
+    cpu = machine.get("cpu", "?")
+    if machine.get("cpu_family") and machine.get("cpu_model"):
+        cpu += f" (family {machine['cpu_family']}, model {machine['cpu_model']})"
     print(
         f"# {machine.get('bench', '?')} over {machine.get('btl', '?')}: "
-        f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
+        f"{cpu}, {machine.get('cores', '?')} cores, "
         f"{machine.get('kernel', '?')}, {machine.get('date', '?')}, "
         f"load {machine.get('load', '?')}, {len(runs['fireopal'])} rounds alternating"
         + (f", fireopal args: {machine['extra']}" if machine.get("extra") else "")
@@ -124,34 +167,50 @@ def main():
     if limits:
         print("# limits: " + ", ".join(f"{k} {v}" for k, v in limits.items()))
     print("# median (min-max); ratio = fireopal / peer of the medians")
-    for key, unit, label in (
-        ("latency_us", "us", "latency"),
-        ("bandwidth_mbs", "MB/s", "bandwidth"),
-    ):
-        head = f"| size | fireopal {label} ({unit}) |"
-        rule = "|---|---|"
-        for p in peers:
-            head += f" {p} ({unit}) | ratio |"
-            rule += "---|---|"
-        print()
-        print(head)
-        print(rule)
-        for s in sizes:
-            if key == "bandwidth_mbs" and s == 0:
-                continue
-            f = figures["fireopal"][s][key]
-            line = f"| {human(s)} | {f['median']:.2f} ({f['min']:.2f}-{f['max']:.2f}) |"
+    print(
+        "# slow-state rounds (at two sizes over "
+        + f"{SLOW}x the contender's best latency): "
+        + ", ".join(
+            f"{who} {sum(x > SLOW for x in slow[who])} of {len(slow[who])}"
+            for who in ["fireopal"] + peers
+        )
+    )
+
+    def tables(figs, keys):
+        for key, unit, label in keys:
+            head = f"| size | fireopal {label} ({unit}) |"
+            rule = "|---|---|"
             for p in peers:
-                g = figures[p][s][key]
-                r = ratio(p, s, key)
-                line += f" {g['median']:.2f} ({g['min']:.2f}-{g['max']:.2f}) | "
-                line += f"{r:.2f} |" if r is not None else "- |"
-            print(line)
+                head += f" {p} ({unit}) | ratio |"
+                rule += "---|---|"
+            print()
+            print(head)
+            print(rule)
+            for s in sizes:
+                if key == "bandwidth_mbs" and s == 0:
+                    continue
+                f = figs["fireopal"][s][key]
+                line = f"| {human(s)} | {f['median']:.2f} ({f['min']:.2f}-{f['max']:.2f}) |"
+                for p in peers:
+                    g = figs[p][s][key]
+                    r = ratio(p, s, key, figs)
+                    line += f" {g['median']:.2f} ({g['min']:.2f}-{g['max']:.2f}) | "
+                    line += f"{r:.2f} |" if r is not None else "- |"
+                print(line)
+
+    both = (("latency_us", "us", "latency"), ("bandwidth_mbs", "MB/s", "bandwidth"))
+    tables(figures, both)
+    if fast is not None and peers and any(any(x > SLOW for x in v) for v in slow.values()):
+        print()
+        print("# the rounds in each contender's faster state only")
+        tables(fast, both[:1])
 
     if args.json:
         doc = {
             "machine": machine,
             "limits": limits,
+            "slowdown": slow,
+            "slow_above": SLOW,
             "sizes": {
                 str(s): {
                     who: figures[who][s] for who in figures
