@@ -545,6 +545,7 @@ impl Transport for TcpModule {
             OpKind::Put {
                 acks_left: chunks as u64,
             },
+            false,
         );
         let last_write = self.rdma_write_when(len);
         for i in 0..chunks {
@@ -603,6 +604,7 @@ impl Transport for TcpModule {
                 local: op.local,
                 received: 0,
             },
+            op.local.len() > self.settings.recv_staging,
         );
         let frame = FrameHeader::rdma(FrameKind::GetRequest, 0).encode();
         let request = GetRequest {

@@ -136,6 +136,8 @@ pub(crate) struct Op {
     pub(crate) kind: OpKind,
     /// First failure reported by the target.
     pub(crate) status: RdmaStatus,
+    /// A get whose answer is larger than the staging buffer.
+    large_answer: bool,
 }
 
 /// Operations in flight, by id.
@@ -143,6 +145,9 @@ pub(crate) struct Op {
 pub(crate) struct Ops {
     map: HashMap<u64, Op, RankHash>,
     next_id: u64,
+    /// Per peer, gets in flight whose answers are larger than the staging
+    /// buffer.
+    large_answers: HashMap<Rank, u32, RankHash>,
 }
 
 impl Default for Ops {
@@ -150,13 +155,21 @@ impl Default for Ops {
         Self {
             map: HashMap::default(),
             next_id: 1,
+            large_answers: HashMap::default(),
         }
     }
 }
 
 impl Ops {
-    /// Records a new operation; returns its id.
-    pub(crate) fn start(&mut self, peer: Rank, cookie: u64, kind: OpKind) -> u64 {
+    /// Records a new operation; returns its id. `large_answer`: a get
+    /// whose answer will not fit the staging buffer.
+    pub(crate) fn start(
+        &mut self,
+        peer: Rank,
+        cookie: u64,
+        kind: OpKind,
+        large_answer: bool,
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.map.insert(
@@ -166,9 +179,20 @@ impl Ops {
                 cookie,
                 kind,
                 status: RdmaStatus::Ok,
+                large_answer,
             },
         );
+        if large_answer {
+            *self.large_answers.entry(peer).or_default() += 1;
+        }
         id
+    }
+
+    /// Whether a get answer larger than the staging buffer is on its way
+    /// from `peer`.
+    #[inline]
+    pub(crate) fn large_answer_due(&self, peer: Rank) -> bool {
+        !self.large_answers.is_empty() && self.large_answers.contains_key(&peer)
     }
 
     /// The operation `id`, if it is in flight to `peer`.
@@ -178,11 +202,21 @@ impl Ops {
 
     /// Ends operation `id`.
     pub(crate) fn finish(&mut self, id: u64) -> Option<Op> {
-        self.map.remove(&id)
+        let op = self.map.remove(&id)?;
+        if op.large_answer {
+            if let Some(n) = self.large_answers.get_mut(&op.peer) {
+                *n -= 1;
+                if *n == 0 {
+                    self.large_answers.remove(&op.peer);
+                }
+            }
+        }
+        Some(op)
     }
 
     /// Ends every operation to `peer`, returning their cookies.
     pub(crate) fn drain_peer(&mut self, peer: Rank) -> Vec<u64> {
+        self.large_answers.remove(&peer);
         let ids: Vec<u64> = self
             .map
             .iter()
@@ -284,9 +318,9 @@ mod tests {
     #[test]
     fn ops_are_ended_once() {
         let mut ops = Ops::default();
-        let a = ops.start(1, 10, OpKind::Put { acks_left: 1 });
-        let b = ops.start(2, 20, OpKind::Put { acks_left: 1 });
-        let c = ops.start(1, 30, OpKind::Put { acks_left: 2 });
+        let a = ops.start(1, 10, OpKind::Put { acks_left: 1 }, false);
+        let b = ops.start(2, 20, OpKind::Put { acks_left: 1 }, false);
+        let c = ops.start(1, 30, OpKind::Put { acks_left: 2 }, false);
         assert!(ops.get_mut(a, 2).is_none(), "wrong peer");
         assert!(ops.get_mut(a, 1).is_some());
         assert_eq!(ops.drain_peer(1), [10, 30]);
@@ -294,5 +328,30 @@ mod tests {
         assert!(ops.finish(c).is_none());
         assert_eq!(ops.finish(b).map(|o| o.cookie), Some(20));
         assert_eq!(ops.len(), 0);
+    }
+
+    #[test]
+    fn large_answers_are_counted_until_their_gets_end() {
+        let mut byte = 0u8;
+        // SAFETY: never accessed: the operations are only bookkept.
+        let local = unsafe { MemRegion::new(&mut byte, 1) };
+        let get = OpKind::Get { local, received: 0 };
+        let mut ops = Ops::default();
+        assert!(!ops.large_answer_due(1));
+        let small = ops.start(1, 1, get, false);
+        assert!(!ops.large_answer_due(1), "an answer that fits the staging");
+        let a = ops.start(1, 2, get, true);
+        let b = ops.start(1, 3, get, true);
+        let c = ops.start(2, 4, get, true);
+        assert!(ops.large_answer_due(1) && ops.large_answer_due(2));
+        ops.finish(small);
+        ops.finish(a);
+        assert!(ops.large_answer_due(1), "one of two left");
+        ops.finish(b);
+        assert!(!ops.large_answer_due(1));
+        assert!(ops.large_answer_due(2));
+        assert_eq!(ops.drain_peer(2), [4]);
+        assert!(!ops.large_answer_due(2));
+        assert!(ops.finish(c).is_none(), "drained");
     }
 }

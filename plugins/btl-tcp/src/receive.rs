@@ -33,6 +33,11 @@ use fireopal_core::copy::copy_bytes;
 /// cannot starve the others (epoll reports the rest next time).
 const READS_PER_PROGRESS: usize = 16;
 
+/// Bytes read into the staging buffer at a time while a get's answer
+/// larger than that buffer is due: the answer's headers and a little of
+/// its payload, or the small frames that come before it.
+const AHEAD_OF_ANSWER: usize = 4096;
+
 /// Buffers for large active messages kept per module.
 const BIG_POOL: usize = 2;
 
@@ -176,8 +181,15 @@ impl TcpModule {
                 rx.end -= rx.start;
                 rx.start = 0;
             }
-            let space = rx.stage.len() - rx.end;
-            let got = sock.recv(&mut rx.stage[rx.end..]);
+            // A get's large answer is read in place once its headers are
+            // in: while one is due, read little ahead of them, so that
+            // its payload is not copied through the staging buffer.
+            let space = if rx.start == rx.end && self.ops.large_answer_due(rank) {
+                (rx.stage.len() - rx.end).min(AHEAD_OF_ANSWER)
+            } else {
+                rx.stage.len() - rx.end
+            };
+            let got = sock.recv(&mut rx.stage[rx.end..rx.end + space]);
             reads += 1;
             match got {
                 Ok(Recv::Data(n)) => {
