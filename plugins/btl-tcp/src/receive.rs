@@ -6,7 +6,10 @@
 //! small message costs one `recv` and no allocation. A frame larger than
 //! the staging buffer is read straight into its final place once its
 //! headers are in: a put's target range, a get's local buffer, or the
-//! connection's reusable message buffer.
+//! connection's reusable message buffer. While the answer to a get larger
+//! than the staging buffer is due from the peer, an empty staging buffer
+//! takes at most [`AHEAD_OF_ANSWER`] bytes a read, so that the answer's
+//! payload goes to the get's buffer with no copy, not through staging.
 //!
 //! Each fixed header is checked ([`FrameHeader::parse`]) before anything
 //! is sized or stored from it. A frame that fails its checks, or an RDMA
