@@ -2,6 +2,12 @@
  * the transports' figures:
  *   cacheline_half_rtt_ns   one cache line passed back and forth through
  *                           shared memory (the floor of shm latency);
+ *   cacheline_half_rtt_ns_spaced  the same with each waiting side doing
+ *                           40 dependent multiply-adds between its looks
+ *                           at the line, about as long as a transport's
+ *                           poll loop takes (on some virtual machines a
+ *                           waiter that looks without pause slows the
+ *                           line's transfer);
  *   memcpy_MBps_<n>         one core copying n bytes (the ceiling of a
  *                           copy-in/copy-out transport);
  *   memcpy_MBps_<n>_skew16  the same with the destination 16 bytes further
@@ -53,7 +59,16 @@ static void die(const char *what) {
     exit(1);
 }
 
-static void cacheline(void) {
+/* Dependent arithmetic the optimiser keeps: `n` multiply-adds. */
+static void spacer(int n) {
+    uint64_t x = (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1;
+        __asm__ volatile("" : "+r"(x));
+    }
+}
+
+static void cacheline(int spacing) {
     enum { ROUNDS = 1000000 };
     volatile uint64_t *line = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
                                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -64,7 +79,7 @@ static void cacheline(void) {
     if (child == 0) {
         on_core(1);
         for (uint64_t i = 1; i < 2 * ROUNDS; i += 2) {
-            while (__atomic_load_n(line, __ATOMIC_ACQUIRE) != i) {}
+            while (__atomic_load_n(line, __ATOMIC_ACQUIRE) != i) spacer(spacing);
             __atomic_store_n(line, i + 1, __ATOMIC_RELEASE);
         }
         _exit(0);
@@ -73,11 +88,11 @@ static void cacheline(void) {
     double t0 = now();
     for (uint64_t i = 0; i < 2 * ROUNDS; i += 2) {
         __atomic_store_n(line, i + 1, __ATOMIC_RELEASE);
-        while (__atomic_load_n(line, __ATOMIC_ACQUIRE) != i + 2) {}
+        while (__atomic_load_n(line, __ATOMIC_ACQUIRE) != i + 2) spacer(spacing);
     }
     double t = now() - t0;
     waitpid(child, NULL, 0);
-    printf("cacheline_half_rtt_ns %.1f\n", t / ROUNDS / 2 * 1e9);
+    printf("cacheline_half_rtt_ns%s %.1f\n", spacing ? "_spaced" : "", t / ROUNDS / 2 * 1e9);
 }
 
 static void copy_rate(size_t n, size_t skew) {
@@ -179,7 +194,8 @@ static void tcp_pingpong(size_t n, size_t head) {
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    cacheline();
+    cacheline(0);
+    cacheline(40);
     copy_rate(64 << 10, 0);
     copy_rate(64 << 10, 16);
     copy_rate(1 << 20, 0);
