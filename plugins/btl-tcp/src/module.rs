@@ -28,7 +28,7 @@ use crate::failure::{ack_check_interval, sweep_interval};
 use crate::queue::{Done, OutItem, RegionPart, SendQueue};
 use crate::rdma::{OpKind, Ops, Registrations};
 use crate::send::{remainder, write_pieces, WriteWhen, ZEROS};
-use crate::sys::{Epoll, Readiness, Socket};
+use crate::sys::{region_bytes, Epoll, Readiness, Socket};
 use crate::RankHash;
 
 /// Where to dial a peer.
@@ -319,6 +319,19 @@ pub(crate) fn io_error(what: &str, e: &io::Error) -> PluginError {
 
 /// The fixed header of an active message whose frame starts `at` bytes
 /// into its burst of writes, and its padding (see [`crate::align`]).
+/// How much of a send left at once.
+enum Direct {
+    /// All of it.
+    All,
+    /// The first `written` bytes of the frame that starts with `frame` and
+    /// pads its payload with `pad` bytes.
+    Part {
+        frame: [u8; FRAME_HEADER_LEN],
+        pad: usize,
+        written: usize,
+    },
+}
+
 fn active_frame(
     at: usize,
     tag: u8,
@@ -356,6 +369,7 @@ impl Transport for TcpModule {
                 | BtlFlags::PUT
                 | BtlFlags::GET
                 | BtlFlags::STRIPE
+                | BtlFlags::SEND_IN_PLACE
                 | BtlFlags::TARGET_SERVES_RDMA,
             registration_handle_size: RemoteKey::LEN as u32,
         })
@@ -465,59 +479,56 @@ impl Transport for TcpModule {
         payload: &[u8],
         cookie: u64,
     ) -> Result<Completion, PluginError> {
-        if header.len() > MAX_HEADER {
-            return Err(PluginError::invalid(format!(
-                "header of {} bytes exceeds {MAX_HEADER}",
-                header.len()
-            )));
-        }
-        let size = header.len() + payload.len();
-        if size > self.settings.max_send_size {
-            return Err(PluginError::invalid(format!(
-                "message of {size} bytes exceeds btl_tcp_max_send_size ({})",
-                self.settings.max_send_size
-            )));
-        }
-        let Some(peer) = self.peers.get(&rank) else {
-            return Err(self.unknown_peer(rank));
+        let (frame, pad, written) = match self.send_direct(rank, tag, header, payload)? {
+            Direct::All => return Ok(Completion::Done),
+            Direct::Part {
+                frame,
+                pad,
+                written,
+            } => (frame, pad, written),
         };
-        match &peer.state {
-            PeerState::Failed(e) => return Err(e.clone()),
-            // Older bytes may fit now: writing them first lets this message
-            // go straight from the caller's buffer instead of being copied.
-            PeerState::Established(_) if !peer.queue.is_empty() => self.flush(rank),
-            _ => {}
-        }
-        let Some(peer) = self.peers.get(&rank) else {
-            return Err(self.unknown_peer(rank));
-        };
-        if let PeerState::Failed(e) = &peer.state {
-            return Err(e.clone());
-        }
-        let (frame, pad) = active_frame(peer.queue.next_position(), tag, header, payload);
-        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..pad], payload];
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        let mut written = 0;
-        if let PeerState::Established(id) = peer.state {
-            if peer.queue.is_empty() {
-                if let Some(conn) = self.conns.get(id) {
-                    // In pieces, so the receiver copies the first while we
-                    // copy the next.
-                    match write_pieces(&conn.sock, &parts, 0, 0) {
-                        Ok(n) if n == total => return Ok(Completion::Done),
-                        Ok(n) => written = n,
-                        Err(e) => return Err(self.lost(rank, &e)),
-                    }
-                }
-            }
-        }
-        let rest = remainder(&parts, written);
+        let rest = remainder(&[&frame, header, &ZEROS[..pad], payload], written);
         self.enqueue_rest(
             rank,
             OutItem::owned(rest, Done::Send(cookie)),
             written,
             WriteWhen::Writable,
         )?;
+        Ok(Completion::Pending)
+    }
+
+    fn send_in_place(
+        &mut self,
+        rank: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: MemRegion,
+        cookie: u64,
+    ) -> Result<Completion, PluginError> {
+        let bytes = region_bytes(&payload);
+        let (frame, pad, written) = match self.send_direct(rank, tag, header, bytes)? {
+            Direct::All => return Ok(Completion::Done),
+            Direct::Part {
+                frame,
+                pad,
+                written,
+            } => (frame, pad, written),
+        };
+        // What the socket did not take stays where it is: the queue
+        // borrows the payload, with no copy, until it is written.
+        let part = RegionPart {
+            region: payload,
+            offset: 0,
+            len: payload.len(),
+            registration: None,
+        };
+        let item = OutItem::frame(
+            &[&frame, header, &ZEROS[..pad]],
+            Some(part),
+            Done::Send(cookie),
+        )
+        .skipping(written);
+        self.enqueue_rest(rank, item, written, WriteWhen::Writable)?;
         Ok(Completion::Pending)
     }
 
@@ -695,6 +706,69 @@ impl Transport for TcpModule {
 }
 
 impl TcpModule {
+    /// Checks a send and writes what the socket takes of it now, if
+    /// nothing waits before it: all of it, or the frame to queue the rest
+    /// of.
+    fn send_direct(
+        &mut self,
+        rank: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<Direct, PluginError> {
+        if header.len() > MAX_HEADER {
+            return Err(PluginError::invalid(format!(
+                "header of {} bytes exceeds {MAX_HEADER}",
+                header.len()
+            )));
+        }
+        let size = header.len() + payload.len();
+        if size > self.settings.max_send_size {
+            return Err(PluginError::invalid(format!(
+                "message of {size} bytes exceeds btl_tcp_max_send_size ({})",
+                self.settings.max_send_size
+            )));
+        }
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        match &peer.state {
+            PeerState::Failed(e) => return Err(e.clone()),
+            // Older bytes may fit now: writing them first lets this message
+            // go straight from the caller's buffer instead of being queued.
+            PeerState::Established(_) if !peer.queue.is_empty() => self.flush(rank),
+            _ => {}
+        }
+        let Some(peer) = self.peers.get(&rank) else {
+            return Err(self.unknown_peer(rank));
+        };
+        if let PeerState::Failed(e) = &peer.state {
+            return Err(e.clone());
+        }
+        let (frame, pad) = active_frame(peer.queue.next_position(), tag, header, payload);
+        let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..pad], payload];
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut written = 0;
+        if let PeerState::Established(id) = peer.state {
+            if peer.queue.is_empty() {
+                if let Some(conn) = self.conns.get(id) {
+                    // In pieces, so the receiver copies the first while we
+                    // copy the next.
+                    match write_pieces(&conn.sock, &parts, 0, 0) {
+                        Ok(n) if n == total => return Ok(Direct::All),
+                        Ok(n) => written = n,
+                        Err(e) => return Err(self.lost(rank, &e)),
+                    }
+                }
+            }
+        }
+        Ok(Direct::Part {
+            frame,
+            pad,
+            written,
+        })
+    }
+
     fn on_writable(&mut self, id: ConnId) {
         let Some(conn) = self.conns.get(id) else {
             return;

@@ -120,6 +120,12 @@ impl OutItem {
         }
     }
 
+    /// The item with its first `written` bytes already written.
+    pub(crate) fn skipping(mut self, written: usize) -> Self {
+        self.written = written.min(self.len());
+        self
+    }
+
     fn len(&self) -> usize {
         self.bytes.as_slice().len() + self.region.map_or(0, |r| r.len)
     }
