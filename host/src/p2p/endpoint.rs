@@ -34,6 +34,8 @@ pub(super) enum LayerOp {
     Get(ReqId),
     /// The write of a send's tail into its receiver's buffer.
     Put { req: ReqId, receiver_request: u64 },
+    /// A fragment of a pipelined send, sent from where its bytes are.
+    Fragment(ReqId),
 }
 
 /// Limits read from the parameters.
@@ -219,6 +221,9 @@ impl P2p {
                     req,
                     receiver_request,
                 }) => self.tail_put(req, receiver_request, status.map_err(P2pError::from)),
+                Some(LayerOp::Fragment(req)) => {
+                    self.fragment_sent(req, status.map_err(P2pError::from))
+                }
                 None => {}
             }
         }
@@ -368,6 +373,8 @@ impl P2p {
             len,
             owned: None,
             putting: false,
+            sending: 0,
+            send_failure: None,
         }));
         let rts = Rts {
             envelope,
@@ -668,8 +675,9 @@ impl P2p {
             .iter()
             .filter(|(_, r)| r.done.is_none())
             .filter(|(_, r)| match &r.state {
-                // A write of a tail in flight ends (with an error) first.
-                ReqState::Send(out) => out.peer == peer && !out.putting,
+                // A write in flight from the bytes ends (with an error)
+                // first.
+                ReqState::Send(out) => out.peer == peer && !out.in_flight(),
                 ReqState::Recv { rndv: Some(v), .. } => v.peer == peer && !v.reading,
                 ReqState::Recv { .. } => false,
             })
@@ -754,7 +762,7 @@ impl P2p {
                 let writing = r.split.as_ref().is_some_and(|s| s.writing);
                 r.reading || (writing && !p.failed.contains_key(&r.peer))
             }
-            Some(ReqState::Send(out)) => out.putting,
+            Some(ReqState::Send(out)) => out.in_flight(),
             _ => false,
         };
         // A read or write ends with success, an error or the peer's

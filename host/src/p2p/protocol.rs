@@ -102,6 +102,18 @@ pub(crate) struct Outgoing {
     /// A write of the tail into the receiver's buffer is in flight: the
     /// bytes must stay.
     pub(crate) putting: bool,
+    /// Fragments of a pipelined send the transport still reads where they
+    /// are: the bytes must stay until the last one completes.
+    pub(crate) sending: u32,
+    /// The first failure of those fragments, reported once all are over.
+    pub(crate) send_failure: Option<Box<P2pError>>,
+}
+
+impl Outgoing {
+    /// Whether a transport still reads or writes from the send's bytes.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.putting || self.sending > 0
+    }
 }
 
 pub(crate) enum ReqState {

@@ -207,7 +207,9 @@ impl P2p {
             drop(proto);
             return self.violation(peer, id);
         };
-        if out.peer != peer {
+        // A second CTS while the data of the first is in flight: the
+        // request must not complete before every fragment has.
+        if out.peer != peer || out.in_flight() {
             drop(proto);
             return self.violation(peer, id);
         }
@@ -238,31 +240,76 @@ impl P2p {
             (f, _) => f,
         }
         .clamp(1024, 1 << 30) as usize;
-        // SAFETY: the send's bytes stay alive and unchanged until its
-        // request completes, which happens below, after the last fragment
-        // was handed to the messenger (which copies what it does not send).
-        let data: &[u8] = if len == 0 || ptr.is_null() {
-            &[]
-        } else {
-            // SAFETY: as above.
-            unsafe { std::slice::from_raw_parts(ptr, len) }
-        };
-        let mut result = Ok(Status {
-            count: len,
-            ..Status::default()
-        });
-        for (i, chunk) in data.chunks(fragment).enumerate() {
+        let mut sending = 0u32;
+        let mut failure = None;
+        let mut offset = 0;
+        while offset < len {
+            let n = fragment.min(len - offset);
             let header = Data {
                 receiver_request,
-                offset: (i * fragment) as u64,
+                offset: offset as u64,
             }
             .encode();
-            if let Err(e) = self.messenger.send_layer(peer, TAG_P2P, &header, chunk) {
-                result = Err(P2pError::from(e));
-                break;
+            // SAFETY: `ptr..ptr + len` are the send's bytes (not null:
+            // `len > 0`), which stay alive and unchanged until its request
+            // completes: below once every fragment is handed over, or
+            // when the last of those the transport reads in place
+            // completes (`fragment_sent`).
+            let region = unsafe { MemRegion::new(ptr.add(offset).cast_mut(), n) };
+            match self
+                .messenger
+                .send_layer_in_place(peer, TAG_P2P, &header, region)
+            {
+                Ok(SendTicket::Done) => {}
+                Ok(SendTicket::Pending(sid)) => {
+                    self.layer_ops.insert(sid, LayerOp::Fragment(id));
+                    sending += 1;
+                }
+                Err(e) => {
+                    failure = Some(P2pError::from(e));
+                    break;
+                }
             }
+            offset += n;
         }
-        self.proto.borrow_mut().complete(id, result);
+        let mut proto = self.proto.borrow_mut();
+        if sending == 0 {
+            let result = match failure {
+                Some(e) => Err(e),
+                None => Ok(Status {
+                    count: len,
+                    ..Status::default()
+                }),
+            };
+            proto.complete(id, result);
+        } else if let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) {
+            out.sending = sending;
+            out.send_failure = failure.map(Box::new);
+        }
+    }
+
+    /// A fragment of pipelined send `id` was sent from the send's bytes:
+    /// the send completes with the last one.
+    pub(super) fn fragment_sent(&mut self, id: ReqId, result: Result<(), P2pError>) {
+        let mut proto = self.proto.borrow_mut();
+        let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) else {
+            return;
+        };
+        out.sending = out.sending.saturating_sub(1);
+        if let Err(e) = result {
+            out.send_failure.get_or_insert_with(|| Box::new(e));
+        }
+        if out.sending > 0 {
+            return;
+        }
+        let result = match out.send_failure.take() {
+            Some(e) => Err(*e),
+            None => Ok(Status {
+                count: out.len,
+                ..Status::default()
+            }),
+        };
+        proto.complete(id, result);
     }
 
     /// The receiver is done with a send's data.

@@ -133,8 +133,21 @@ impl Messenger {
         header: &[u8],
         payload: MemRegion,
     ) -> Result<SendTicket, SendError> {
+        self.send_in_place_as(Class::User, i, peer, tag, header, payload)
+    }
+
+    /// `send_in_place` on module `i`, its completion going to `class`.
+    pub(super) fn send_in_place_as(
+        &mut self,
+        class: Class,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: MemRegion,
+    ) -> Result<SendTicket, SendError> {
         let header = RSlice::from_slice(header);
-        self.start_tracked(i, Class::User, |module, cookie| {
+        self.start_tracked(i, class, |module, cookie| {
             module.send_in_place(peer, tag, header, payload, cookie)
         })
     }
