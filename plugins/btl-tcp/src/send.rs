@@ -21,6 +21,9 @@
 //!   otherwise it copies what is left, answers `Pending`, and reports
 //!   `send_complete` once when the last byte is handed to the kernel (or
 //!   with an error if the peer fails first).
+//! - `send_in_place` does the same without the copy: the queue borrows
+//!   what is left of the payload where it is (valid and unchanged until
+//!   the completion, by `MemRegion`'s contract).
 //! - `put` sends the local bytes straight from the caller's memory (valid
 //!   until completion, so never copied) in chunks of at most
 //!   `btl_tcp_max_send_size`; the target checks the key and range of each
