@@ -14,9 +14,8 @@
 //! The slowdown follows where the destination falls relative to the
 //! source modulo 4 KiB: it comes when the destination lies a few bytes
 //! ahead (Zen 4 takes 17 times as long at 8 bytes, 1.05 times at 16, where
-//! Zen 3 takes 20). The pieces have a cost there too: the vector loop's
-//! loads wait on its own stores to the same addresses modulo 4 KiB
-//! (twice to three times a `memcpy` that keeps its speed).
+//! Zen 3 takes 20). The pieces lose there too (on Zen 4, 2 KiB pieces
+//! took 2 to 2.7 times as long as one `memcpy` at 16 bytes ahead).
 //!
 //! [`copy_bytes`] copies a pair whose alignments differ in pieces short
 //! enough for the vector loop, except from [`WHOLE_FROM`] bytes with the
