@@ -319,17 +319,23 @@ pub(crate) fn io_error(what: &str, e: &io::Error) -> PluginError {
 
 /// The fixed header of an active message whose frame starts `at` bytes
 /// into its burst of writes, and its padding (see [`crate::align`]).
-/// How much of a send left at once.
-enum Direct {
-    /// All of it.
-    All,
-    /// The first `written` bytes of the frame that starts with `frame` and
-    /// pads its payload with `pad` bytes.
-    Part {
-        frame: [u8; FRAME_HEADER_LEN],
-        pad: usize,
-        written: usize,
-    },
+/// Refuses a message header longer than frames carry.
+fn check_header(header: &[u8]) -> Result<(), PluginError> {
+    if header.len() > MAX_HEADER {
+        return Err(PluginError::invalid(format!(
+            "header of {} bytes exceeds {MAX_HEADER}",
+            header.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A send the socket took only the first `written` bytes of: its frame
+/// header and the padding before its payload.
+struct Rest {
+    frame: [u8; FRAME_HEADER_LEN],
+    pad: usize,
+    written: usize,
 }
 
 fn active_frame(
@@ -424,12 +430,7 @@ impl Transport for TcpModule {
         header: &[u8],
         payload: &[u8],
     ) -> Result<SendiOutcome, PluginError> {
-        if header.len() > MAX_HEADER {
-            return Err(PluginError::invalid(format!(
-                "header of {} bytes exceeds {MAX_HEADER}",
-                header.len()
-            )));
-        }
+        check_header(header)?;
         if header.len() + payload.len() > self.settings.eager_limit {
             return Ok(SendiOutcome::Busy);
         }
@@ -479,13 +480,13 @@ impl Transport for TcpModule {
         payload: &[u8],
         cookie: u64,
     ) -> Result<Completion, PluginError> {
-        let (frame, pad, written) = match self.send_direct(rank, tag, header, payload)? {
-            Direct::All => return Ok(Completion::Done),
-            Direct::Part {
-                frame,
-                pad,
-                written,
-            } => (frame, pad, written),
+        let Some(Rest {
+            frame,
+            pad,
+            written,
+        }) = self.send_direct(rank, tag, header, payload)?
+        else {
+            return Ok(Completion::Done);
         };
         let rest = remainder(&[&frame, header, &ZEROS[..pad], payload], written);
         self.enqueue_rest(
@@ -506,13 +507,13 @@ impl Transport for TcpModule {
         cookie: u64,
     ) -> Result<Completion, PluginError> {
         let bytes = region_bytes(&payload);
-        let (frame, pad, written) = match self.send_direct(rank, tag, header, bytes)? {
-            Direct::All => return Ok(Completion::Done),
-            Direct::Part {
-                frame,
-                pad,
-                written,
-            } => (frame, pad, written),
+        let Some(Rest {
+            frame,
+            pad,
+            written,
+        }) = self.send_direct(rank, tag, header, bytes)?
+        else {
+            return Ok(Completion::Done);
         };
         // What the socket did not take stays where it is: the queue
         // borrows the payload, with no copy, until it is written.
@@ -707,21 +708,16 @@ impl Transport for TcpModule {
 
 impl TcpModule {
     /// Checks a send and writes what the socket takes of it now, if
-    /// nothing waits before it: all of it, or the frame to queue the rest
-    /// of.
+    /// nothing waits before it: `None` once all of it left, else what is
+    /// left to queue.
     fn send_direct(
         &mut self,
         rank: Rank,
         tag: u8,
         header: &[u8],
         payload: &[u8],
-    ) -> Result<Direct, PluginError> {
-        if header.len() > MAX_HEADER {
-            return Err(PluginError::invalid(format!(
-                "header of {} bytes exceeds {MAX_HEADER}",
-                header.len()
-            )));
-        }
+    ) -> Result<Option<Rest>, PluginError> {
+        check_header(header)?;
         let size = header.len() + payload.len();
         if size > self.settings.max_send_size {
             return Err(PluginError::invalid(format!(
@@ -755,18 +751,18 @@ impl TcpModule {
                     // In pieces, so the receiver copies the first while we
                     // copy the next.
                     match write_pieces(&conn.sock, &parts, 0, 0) {
-                        Ok(n) if n == total => return Ok(Direct::All),
+                        Ok(n) if n == total => return Ok(None),
                         Ok(n) => written = n,
                         Err(e) => return Err(self.lost(rank, &e)),
                     }
                 }
             }
         }
-        Ok(Direct::Part {
+        Ok(Some(Rest {
             frame,
             pad,
             written,
-        })
+        }))
     }
 
     fn on_writable(&mut self, id: ConnId) {

@@ -4,7 +4,7 @@
 //! layer's, and a count of peer failures that does not take them from the
 //! user.
 
-use fireopal_abi::btl::{BtlFlags, MemRegion, Rank};
+use fireopal_abi::btl::{MemRegion, Rank};
 
 use super::{
     Handler, Incoming, MemoryHandle, Messenger, Replies, SendError, SendId, SendTicket,
@@ -101,9 +101,9 @@ impl Messenger {
     }
 
     /// Sends a layer's message whose payload the transport reads where it
-    /// is, after this returns, where the peer's module offers
-    /// [`BtlFlags::SEND_IN_PLACE`]; otherwise (a route of several lanes,
-    /// which keep copies to resend, or a module without it) like
+    /// is, after this returns, where the peer's module sends in place;
+    /// otherwise (a route of several lanes, which keep copies to resend,
+    /// or a module without `SEND_IN_PLACE`) like
     /// [`send_layer`](Self::send_layer). `MemRegion::new`'s contract
     /// applies: the bytes stay valid and unchanged until the ticket
     /// completes.
@@ -120,15 +120,8 @@ impl Messenger {
             false => route.modules.first().copied(),
             true => None,
         };
-        if let Some(i) = single {
-            let attrs = self.slots[i].attrs;
-            let total = header.len() as u64 + payload.len() as u64;
-            if attrs.flags.contains(BtlFlags::SEND_IN_PLACE)
-                && total <= attrs.max_send_size
-                && header.len() <= attrs.max_header_size as usize
-            {
-                return self.send_in_place_as(Class::Layer, i, peer, tag, header, payload);
-            }
+        if let Some(i) = single.filter(|&i| self.takes_in_place(i, header.len(), payload.len())) {
+            return self.send_in_place_as(Class::Layer, i, peer, tag, header, payload);
         }
         // SAFETY: valid for reads until the send completes, by the
         // region's contract; `send_message` is done with it when it

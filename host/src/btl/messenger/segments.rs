@@ -134,12 +134,7 @@ impl Messenger {
         payload: MemRegion,
     ) -> Result<SendTicket, SendError> {
         let i = self.user_route(peer, tag)?;
-        let attrs = self.slots[i].attrs;
-        let total = header.len() as u64 + payload.len() as u64;
-        if !attrs.flags.contains(BtlFlags::SEND_IN_PLACE)
-            || total > attrs.max_send_size
-            || header.len() > attrs.max_header_size as usize
-        {
+        if !self.takes_in_place(i, header.len(), payload.len()) {
             // SAFETY: valid for reads until the send completes, by the
             // region's contract; `send` is done with it when it returns.
             let bytes = unsafe { std::slice::from_raw_parts(payload.as_ptr(), payload.len()) };

@@ -1,7 +1,7 @@
 //! Transfer buffers: memory a transport lets peers read with one copy.
 
 use abi_stable::std_types::RSlice;
-use fireopal_abi::btl::{MemRegion, Rank};
+use fireopal_abi::btl::{BtlFlags, MemRegion, Rank};
 use fireopal_abi::PluginError;
 
 use super::{Class, Messenger, SendError, SendTicket};
@@ -122,6 +122,14 @@ impl Messenger {
         // send completes.
         let region = unsafe { MemRegion::new(buffer.region.as_ptr(), len) };
         self.send_in_place_on(i, peer, tag, header, region)
+    }
+
+    /// Whether module `i` sends a message of these sizes in place.
+    pub(super) fn takes_in_place(&self, i: usize, header: usize, payload: usize) -> bool {
+        let attrs = self.slots[i].attrs;
+        attrs.flags.contains(BtlFlags::SEND_IN_PLACE)
+            && header as u64 + payload as u64 <= attrs.max_send_size
+            && header <= attrs.max_header_size as usize
     }
 
     /// `send_in_place` on module `i`, tracking the completion.
