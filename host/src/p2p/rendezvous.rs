@@ -289,7 +289,9 @@ impl P2p {
     }
 
     /// A fragment of pipelined send `id` was sent from the send's bytes:
-    /// the send completes with the last one.
+    /// the send completes with the last one, unless the receiver's FIN
+    /// completed it first (it comes once every byte was received, so no
+    /// transport still reads them).
     pub(super) fn fragment_sent(&mut self, id: ReqId, result: Result<(), P2pError>) {
         let mut proto = self.proto.borrow_mut();
         let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) else {
