@@ -203,7 +203,7 @@ def main():
     if fast is not None and peers and any(any(x > SLOW for x in v) for v in slow.values()):
         print()
         print("# the rounds in each contender's faster state only")
-        tables(fast, both[:1])
+        tables(fast, both)
 
     if args.json:
         doc = {
