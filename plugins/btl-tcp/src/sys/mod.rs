@@ -1,8 +1,10 @@
 //! Operating-system calls, through libc directly: non-blocking TCP sockets,
-//! epoll, interface enumeration, random bytes, and the copies to and from
-//! memory the host handed in as [`MemRegion`]s.
+//! interface enumeration and random bytes here; epoll in `epoll`; the
+//! gathers for `sendmsg` and the copies to and from memory the host
+//! handed in as [`MemRegion`]s in `memory`.
 //!
-//! This is the only module of the crate with `unsafe` code. Everything it
+//! This is the only module of the crate with `unsafe` code (with its two
+//! submodules, which it allows for). Everything it
 //! exports is safe to call: sockets own their descriptors, buffers are
 //! borrowed slices, and memory regions are bounds-checked here; what stays
 //! the caller's duty is the lifetime rule of [`MemRegion::new`] (use a
@@ -12,12 +14,18 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::marker::PhantomData;
 use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use fireopal_abi::btl::MemRegion;
+
+mod epoll;
+mod memory;
+
+pub(crate) use epoll::{Epoll, Readiness};
+use memory::check_range;
+pub(crate) use memory::{copy_from_region, copy_to_region, region_bytes, Gather, MAX_IOV};
 
 /// Result of a libc call that returns -1 and sets errno on failure.
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -443,14 +451,15 @@ impl Socket {
     /// Writes as much of `g` as the socket takes now, in one `sendmsg`
     /// (never raising SIGPIPE). `Ok(0)` means the socket is full.
     pub(crate) fn send_gather<const N: usize>(&self, g: &Gather<'_, N>) -> io::Result<usize> {
-        if g.count == 0 {
+        let iov = g.iovecs();
+        if iov.is_empty() {
             return Ok(0);
         }
         // SAFETY: msghdr is plain old data; all zeroes is a valid empty
         // header (glibc and musl both have private padding fields).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = g.iov.as_ptr().cast_mut();
-        msg.msg_iovlen = g.count as _;
+        msg.msg_iov = iov.as_ptr().cast_mut();
+        msg.msg_iovlen = iov.len() as _;
         loop {
             // SAFETY: each iovec points to memory valid for reads for the
             // lifetime `'a` of the gather (see `Gather::push*`).
@@ -513,232 +522,6 @@ impl Socket {
 impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
-    }
-}
-
-fn check_range(region: &MemRegion, offset: usize, len: usize) -> io::Result<()> {
-    match offset.checked_add(len) {
-        Some(end) if end <= region.len() => Ok(()),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "range outside the memory region",
-        )),
-    }
-}
-
-/// Most buffers one `sendmsg` takes from the module (Linux allows 1024).
-pub(crate) const MAX_IOV: usize = 64;
-
-/// Up to `N` buffers, and at most `limit` bytes, gathered for one
-/// `sendmsg`, borrowed for `'a`.
-pub(crate) struct Gather<'a, const N: usize = MAX_IOV> {
-    iov: [libc::iovec; N],
-    count: usize,
-    total: usize,
-    limit: usize,
-    _borrow: PhantomData<&'a [u8]>,
-}
-
-impl<const N: usize> std::fmt::Debug for Gather<'_, N> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gather")
-            .field("count", &self.count)
-            .field("total", &self.total)
-            .finish()
-    }
-}
-
-impl<'a, const N: usize> Gather<'a, N> {
-    /// No buffers, no byte limit.
-    pub(crate) fn new() -> Self {
-        Self::with_limit(usize::MAX)
-    }
-
-    /// No buffers; at most `limit` bytes will be gathered (0: no limit).
-    pub(crate) fn with_limit(limit: usize) -> Self {
-        Self {
-            iov: [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; N],
-            count: 0,
-            total: 0,
-            limit: if limit == 0 { usize::MAX } else { limit },
-            _borrow: PhantomData,
-        }
-    }
-
-    /// Whether nothing more fits.
-    pub(crate) fn is_full(&self) -> bool {
-        self.count == N || self.total >= self.limit
-    }
-
-    /// Bytes gathered.
-    pub(crate) fn total(&self) -> usize {
-        self.total
-    }
-
-    /// Appends `len` bytes at `ptr`, or as many as the byte limit allows;
-    /// true only if all of them were appended.
-    fn push_raw(&mut self, ptr: *const u8, len: usize) -> bool {
-        if len == 0 {
-            return true;
-        }
-        let room = self.limit.saturating_sub(self.total);
-        if room == 0 {
-            return false;
-        }
-        let Some(slot) = self.iov.get_mut(self.count) else {
-            return false;
-        };
-        let take = len.min(room);
-        *slot = libc::iovec {
-            iov_base: ptr.cast_mut().cast(),
-            iov_len: take,
-        };
-        self.count += 1;
-        self.total += take;
-        take == len
-    }
-
-    /// Appends `bytes` (or the part the byte limit allows); false when
-    /// not all of it fit.
-    pub(crate) fn push(&mut self, bytes: &'a [u8]) -> bool {
-        self.push_raw(bytes.as_ptr(), bytes.len())
-    }
-
-    /// Appends `len` bytes of `region` from `offset` (bounds-checked; or
-    /// the part the byte limit allows); the region must stay live until
-    /// the send returns. False when not all of it fit, or out of range.
-    pub(crate) fn push_region(&mut self, region: &MemRegion, offset: usize, len: usize) -> bool {
-        if check_range(region, offset, len).is_err() {
-            return false;
-        }
-        self.push_raw(region.as_ptr().wrapping_add(offset), len)
-    }
-}
-
-/// The bytes of `region`, to read while the caller holds it.
-pub(crate) fn region_bytes(region: &MemRegion) -> &[u8] {
-    // SAFETY: `MemRegion::new`'s contract keeps the bytes valid for reads
-    // and unchanged until the operation the region was handed to
-    // completes, which outlasts the borrow of the region value here.
-    unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) }
-}
-
-/// Copies `src` into `region` at `offset` (bounds-checked).
-pub(crate) fn copy_to_region(region: &MemRegion, offset: usize, src: &[u8]) -> io::Result<()> {
-    check_range(region, offset, src.len())?;
-    // SAFETY: the destination range is inside the region (checked) and
-    // writable per `MemRegion::new`'s contract while the region is live;
-    // `src` is a Rust slice, so it cannot be that region's memory mutably
-    // borrowed elsewhere; `copy` tolerates overlap anyway.
-    unsafe {
-        std::ptr::copy(
-            src.as_ptr(),
-            region.as_ptr().wrapping_add(offset),
-            src.len(),
-        );
-    }
-    Ok(())
-}
-
-/// Copies `len` bytes of `region` from `offset` into a new vector
-/// (bounds-checked).
-pub(crate) fn copy_from_region(
-    region: &MemRegion,
-    offset: usize,
-    len: usize,
-) -> io::Result<Vec<u8>> {
-    check_range(region, offset, len)?;
-    let mut out = Vec::with_capacity(len);
-    // SAFETY: the source range is inside the region (checked) and readable
-    // per `MemRegion::new`'s contract while the region is live; the
-    // destination has capacity `len` and does not overlap it.
-    unsafe {
-        std::ptr::copy_nonoverlapping(region.as_ptr().wrapping_add(offset), out.as_mut_ptr(), len);
-        out.set_len(len);
-    }
-    Ok(out)
-}
-
-/// One readiness report from [`Epoll::wait`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Readiness {
-    /// The token given at registration.
-    pub(crate) token: u64,
-    /// Data (or end of stream, or an error) can be read.
-    pub(crate) readable: bool,
-    /// Bytes can be written (or a connect finished).
-    pub(crate) writable: bool,
-}
-
-/// An epoll instance (level-triggered).
-#[derive(Debug)]
-pub(crate) struct Epoll {
-    fd: OwnedFd,
-    buf: Vec<libc::epoll_event>,
-}
-
-impl Epoll {
-    /// An instance that reports at most `capacity` descriptors per wait.
-    pub(crate) fn new(capacity: usize) -> io::Result<Self> {
-        // SAFETY: plain system call; the result is checked.
-        let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        Ok(Self {
-            // SAFETY: a new descriptor nobody else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            buf: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.max(1)],
-        })
-    }
-
-    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
-        let mut events = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
-        if write {
-            events |= libc::EPOLLOUT as u32;
-        }
-        let mut ev = libc::epoll_event { events, u64: token };
-        // SAFETY: `ev` is a live epoll_event; both descriptors are open.
-        check(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
-    }
-
-    /// Watches `fd` for reading, and for writing when `write`.
-    pub(crate) fn add(&self, fd: &impl AsRawFd, token: u64, write: bool) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd.as_raw_fd(), token, write)
-    }
-
-    /// Changes what `fd` is watched for.
-    pub(crate) fn modify(&self, fd: &impl AsRawFd, token: u64, write: bool) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd.as_raw_fd(), token, write)
-    }
-
-    /// Reports ready descriptors into `out` (cleared first), waiting at
-    /// most `timeout_ms` (0: not at all).
-    pub(crate) fn wait(&mut self, out: &mut Vec<Readiness>, timeout_ms: i32) -> io::Result<()> {
-        out.clear();
-        let cap = libc::c_int::try_from(self.buf.len()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `buf` has room for `cap` events.
-        let r = unsafe {
-            libc::epoll_wait(self.fd.as_raw_fd(), self.buf.as_mut_ptr(), cap, timeout_ms)
-        };
-        let n = match check(r) {
-            Ok(n) => usize::try_from(n).unwrap_or(0),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-            Err(e) => return Err(e),
-        };
-        let error_bits =
-            (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
-        for ev in self.buf.iter().take(n) {
-            // Copies out of the (packed on x86-64) struct.
-            let events = ev.events;
-            let token = ev.u64;
-            out.push(Readiness {
-                token,
-                readable: events & error_bits != 0,
-                writable: events & (libc::EPOLLOUT as u32 | libc::EPOLLERR as u32) != 0,
-            });
-        }
-        Ok(())
     }
 }
 
@@ -941,48 +724,6 @@ mod tests {
         assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 0);
         c.set_user_timeout(2500).unwrap();
         assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 2500);
-    }
-
-    #[test]
-    fn region_copies_are_bounds_checked() {
-        let mut mem = vec![0u8; 8];
-        // SAFETY: `mem` outlives every use of the region below.
-        let region = unsafe { MemRegion::new(mem.as_mut_ptr(), mem.len()) };
-        copy_to_region(&region, 2, b"abc").unwrap();
-        assert!(copy_to_region(&region, 6, b"abc").is_err());
-        assert!(copy_to_region(&region, usize::MAX, b"a").is_err());
-        assert_eq!(copy_from_region(&region, 2, 3).unwrap(), b"abc");
-        assert!(copy_from_region(&region, 7, 2).is_err());
-        let mut g = Gather::<2>::new();
-        assert!(!g.push_region(&region, 4, 5));
-        assert!(g.push_region(&region, 4, 4));
-        assert_eq!(g.total(), 4);
-        assert_eq!(mem[2..5], *b"abc");
-    }
-
-    #[test]
-    fn gather_stops_at_its_byte_limit() {
-        let mut g = Gather::<4>::with_limit(10);
-        assert!(g.push(b"abcd"));
-        assert!(!g.push(b"efghijkl"), "cut at the limit");
-        assert_eq!(g.total(), 10);
-        assert!(g.is_full());
-        assert!(!g.push(b"m"));
-        assert_eq!(g.total(), 10);
-        let mut unlimited = Gather::<1>::with_limit(0);
-        assert!(unlimited.push(&[0; 1000]));
-    }
-
-    #[test]
-    fn gather_holds_at_most_max_iov() {
-        let byte = [1u8];
-        let mut g = Gather::<MAX_IOV>::new();
-        for _ in 0..MAX_IOV {
-            assert!(g.push(&byte));
-        }
-        assert!(g.is_full());
-        assert!(!g.push(&byte));
-        assert_eq!(g.total(), MAX_IOV);
     }
 
     #[test]
