@@ -317,8 +317,6 @@ pub(crate) fn io_error(what: &str, e: &io::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{what}: {e}"))
 }
 
-/// The fixed header of an active message whose frame starts `at` bytes
-/// into its burst of writes, and its padding (see [`crate::align`]).
 /// Refuses a message header longer than frames carry.
 fn check_header(header: &[u8]) -> Result<(), PluginError> {
     if header.len() > MAX_HEADER {
@@ -338,6 +336,8 @@ struct Rest {
     written: usize,
 }
 
+/// The fixed header of an active message whose frame starts `at` bytes
+/// into its burst of writes, and its padding (see [`crate::align`]).
 fn active_frame(
     at: usize,
     tag: u8,
