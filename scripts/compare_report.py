@@ -7,8 +7,8 @@ and min-max latency and bandwidth of every contender over the rounds, with
 the ratio fireopal/peer of the medians. With --json FILE it also writes
 the same figures, and every round's raw value, as JSON.
 
-Some hosts run a whole job in a slower state now and then (two virtual
-processors placed apart: every cache-line transfer and kernel copy takes
+Some hosts run a whole job in a slower state now and then (its cause
+lies outside the guest: every cache-line transfer and kernel copy takes
 twice as long or more). A run whose rounds fell in different states
 compares the states, not the libraries, so the report also gives the
 medians of each contender's rounds in its faster state: a round is slow
