@@ -65,15 +65,14 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     if src.len() <= SHORT {
         return copy_short(dst, src);
     }
-    let skew = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 64;
-    if src.len() <= PIECE || src.len() >= PIECEWISE_BELOW || skew == 0 {
+    // How far the destination lies ahead of the source modulo a page;
+    // modulo a line, how far apart their alignments are.
+    let ahead = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
+    if src.len() <= PIECE || src.len() >= PIECEWISE_BELOW || ahead % 64 == 0 {
         dst.copy_from_slice(src);
         return;
     }
-    let whole = src.len() >= WHOLE_FROM && {
-        let ahead = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
-        ahead < 64 && near::movsb_keeps_speed(ahead)
-    };
+    let whole = src.len() >= WHOLE_FROM && ahead < 64 && near::movsb_keeps_speed(ahead);
     copy_misaligned(dst, src, whole);
 }
 
