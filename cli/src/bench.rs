@@ -82,8 +82,8 @@ or alone to reach this process itself.
   --from SOURCE         pingpong only: where messages above the eager limit
                         are sent from: auto (default), buffer, heap, user,
                         copy or registered
-  --sizes N[,N]...      pingpong and p2p: these message sizes in bytes,
-                        not the default 0 B to 4 MiB
+  --sizes N[,N]...      pingpong, p2p, put and get: these message sizes in
+                        bytes, not the default 0 B to 4 MiB
   --rounds N            registration only: alternated rounds (default 5)
   --json                print the results as JSON
   --quick               fewer iterations, to check that it runs
@@ -133,7 +133,7 @@ struct Bench {
     quick: bool,
     from: From,
     rounds: usize,
-    /// `--sizes`: only these message sizes (p2p).
+    /// `--sizes`: only these message sizes (pingpong, p2p, put, get).
     sizes: Option<Vec<usize>>,
 }
 
@@ -176,7 +176,7 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--quick") => b.quick = true,
             Arg::Opt("--btl") => btl = Some(it.value()?.to_owned()),
             Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
-            Arg::Opt("--sizes") if matches!(kind, Kind::P2p | Kind::PingPong) => {
+            Arg::Opt("--sizes") if matches!(kind, Kind::P2p | Kind::PingPong | Kind::Rma(_)) => {
                 let v = it.value()?;
                 let sizes: Option<Vec<usize>> =
                     v.split(',').map(|n| n.trim().parse().ok()).collect();
@@ -236,7 +236,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         Kind::PingPong => run(&b.common, b.json, b.quick, b.from, b.sizes.as_deref()),
         Kind::P2p => p2p::run(&b.common, b.json, b.quick, b.sizes.as_deref()),
         Kind::Registration => registration::run(&b.common, b.json, b.quick, b.rounds),
-        Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick),
+        Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick, b.sizes.as_deref()),
         Kind::Shmem(ops) => shmem::run(ops, &b.common, b.json, b.quick),
     };
     match done {

@@ -107,6 +107,34 @@ fn put_and_get_over_shm_tcp_and_self() {
     }
 }
 
+/// `--sizes` picks the rows of put and get too; a size the window cannot
+/// hold is refused before anything runs.
+#[test]
+fn put_and_get_take_sizes() {
+    for what in ["put", "get"] {
+        let table = bench_with(what, "self", 1, &["--sizes", "64,65536"]);
+        assert_eq!(sizes(&table), ["64 B", "64 KiB"], "{table}");
+    }
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = run_with_timeout(
+        Command::new(&host).args(["bench", "put", "--btl", "self", "--sizes", "8,4194305"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        out.code,
+        Some(1),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("--sizes 4194305: the window holds 4194304 bytes"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn shmem_over_shm_tcp_and_self() {
     for (btl, ranks, path) in [

@@ -71,7 +71,17 @@ struct Target {
 }
 
 /// Runs `fireopal bench put` or `get`.
-pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Result<(), Failure> {
+pub(super) fn run(
+    op: Op,
+    common: &CommonArgs,
+    json: bool,
+    quick: bool,
+    only: Option<&[usize]>,
+) -> Result<(), Failure> {
+    let sizes = only.unwrap_or(&SIZES);
+    if let Some(&n) = sizes.iter().find(|&&n| n > WINDOW_BYTES) {
+        return Err(format!("--sizes {n}: the window holds {WINDOW_BYTES} bytes").into());
+    }
     // The registry stays alive as long as the modules it opened.
     let Pair {
         mut boot,
@@ -148,7 +158,7 @@ pub(super) fn run(op: Op, common: &CommonArgs, json: bool, quick: bool) -> Resul
             local_handle: &local_handle,
             target: &target,
         };
-        for &n in SIZES.iter().filter(|&&n| n > 0) {
+        for &n in sizes.iter().filter(|&&n| n > 0) {
             let (iters, warmup) = latency_iterations(n, quick);
             let mut start = Instant::now();
             for i in 0..warmup + iters {
