@@ -413,7 +413,10 @@ pub trait Transport: Send + 'static {
     /// `Busy` until they are written; if the peer fails first, its
     /// `peer_failed` is the only report, since a `sendi` has no cookie.
     /// `Busy` must mean nothing of the message reached the peer or stayed
-    /// in the module.
+    /// in the module. A module may also answer `Busy` to hold a message
+    /// back, so that `send` queues it to leave with others in one write
+    /// from the next `progress` (tcp does this for bursts of small
+    /// messages, `btl_tcp_sendi_batch`).
     fn sendi(
         &mut self,
         peer: Rank,

@@ -29,6 +29,7 @@ pub(crate) mod names {
     pub(crate) const RCVBUF: &str = "btl_tcp_rcvbuf";
     pub(crate) const RECV_STAGING: &str = "btl_tcp_recv_staging";
     pub(crate) const WRITE_CHUNK: &str = "btl_tcp_write_chunk";
+    pub(crate) const SENDI_BATCH: &str = "btl_tcp_sendi_batch";
     pub(crate) const HANDSHAKE_TIMEOUT: &str = "btl_tcp_handshake_timeout_ms";
     pub(crate) const MAX_UNAUTHENTICATED: &str = "btl_tcp_max_unauthenticated";
     pub(crate) const KEEPALIVE_TIME: &str = "btl_tcp_keepalive_time";
@@ -125,6 +126,11 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         WRITE_CHUNK,
         ParamValue::Size(DEFAULT_WRITE_CHUNK),
         "most bytes per sendmsg call while frames queue behind each other (0: no limit); each piece is pushed at once, so the receiver copies while the sender still writes. A lone frame is written whole",
+    )?;
+    r.register(
+        SENDI_BATCH,
+        ParamValue::Bool(true),
+        "a small sendi made after another, with no progress call between them, waits for the next progress and leaves with the others of its burst in one write (false: each is written at once)",
     )?;
     r.register(
         HANDSHAKE_TIMEOUT,
@@ -314,6 +320,8 @@ pub(crate) struct Settings {
     pub(crate) recv_staging: usize,
     /// Most bytes per `sendmsg` (`usize::MAX`: no limit).
     pub(crate) write_chunk: usize,
+    /// Whether bursts of small `sendi`s leave together (`btl_tcp_sendi_batch`).
+    pub(crate) sendi_batch: bool,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_unauthenticated: usize,
     /// Probing of idle connections; `None` when `btl_tcp_keepalive_time`
@@ -437,6 +445,7 @@ impl Settings {
                 0 => usize::MAX,
                 n => n,
             },
+            sendi_batch: host.param_bool(SENDI_BATCH).unwrap_or(true),
             handshake_timeout: Duration::from_millis(timeout),
             max_unauthenticated,
             keepalive: keepalive(host)?,

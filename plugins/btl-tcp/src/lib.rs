@@ -11,7 +11,7 @@
 //!
 //! Parameters (all `btl_tcp_*`): `if_include` / `if_exclude`, `ipv6`,
 //! `links`, `eager_limit`, `max_send_size`, `sndbuf` / `rcvbuf`,
-//! `write_chunk`, `recv_staging`, `handshake_timeout_ms`,
+//! `write_chunk`, `sendi_batch`, `recv_staging`, `handshake_timeout_ms`,
 //! `max_unauthenticated`, `keepalive_time` / `keepalive_intvl` /
 //! `keepalive_probes`, `ack_timeout_ms`, `user_timeout_ms`, `priority`,
 //! `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their

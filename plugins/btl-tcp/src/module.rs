@@ -93,6 +93,11 @@ pub(crate) enum Notice {
 /// asking epoll.
 const MAX_EPOLL_SKIPS: u32 = 16;
 
+/// Largest header + payload of a `sendi` a burst holds back (see
+/// `crate::send`): above it one write per message costs little beside
+/// the copy into the queue.
+const BATCH_FRAME: usize = 16 << 10;
+
 /// One TCP module: one listening socket (an interface address and a link)
 /// and at most one connection per peer, opened on first use.
 ///
@@ -145,6 +150,11 @@ pub struct TcpModule {
     hot: Option<ConnId>,
     /// Calls in a row that skipped epoll because `hot` delivered.
     epoll_skips: u32,
+    /// Inside `progress` (sends from the host's handlers).
+    in_progress: bool,
+    /// A `sendi` outside `progress` wrote a frame since the last
+    /// `progress`: the next ones are a burst (see `crate::send`).
+    burst: bool,
     /// Dropped strangers, reported by address and rate-limited.
     pub(crate) strangers: StrangerReport,
     /// Peers in [`PeerState::Redial`] (an upper bound).
@@ -211,6 +221,8 @@ impl TcpModule {
             calls: 0,
             hot: None,
             epoll_skips: 0,
+            in_progress: false,
+            burst: false,
             strangers: StrangerReport::default(),
             redials_waiting: 0,
         })
@@ -437,8 +449,8 @@ impl Transport for TcpModule {
         let Some(peer) = self.peers.get(&rank) else {
             return Err(self.unknown_peer(rank));
         };
-        let id = match &peer.state {
-            PeerState::Established(id) if peer.queue.is_empty() => *id,
+        let (id, queued) = match &peer.state {
+            PeerState::Established(id) => (*id, !peer.queue.is_empty()),
             PeerState::Failed(e) => return Err(e.clone()),
             PeerState::Idle => {
                 self.connect(rank)?;
@@ -449,11 +461,20 @@ impl Transport for TcpModule {
         let Some(conn) = self.conns.get(id) else {
             return Ok(SendiOutcome::Busy);
         };
+        // Bytes are queued, or this message is held back for a burst
+        // (which `send` then queues).
+        if queued || self.holds_back(rank, header.len() + payload.len()) {
+            return Ok(SendiOutcome::Busy);
+        }
         // Nothing is queued, so this frame starts a write.
         let (frame, pad) = active_frame(0, tag, header, payload);
         let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..pad], payload];
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        match write_pieces(&conn.sock, &parts, 0, 0) {
+        let written = write_pieces(&conn.sock, &parts, 0, 0);
+        if !self.in_progress {
+            self.burst = true;
+        }
+        match written {
             Ok(0) => Ok(SendiOutcome::Busy),
             Ok(n) if n == total => Ok(SendiOutcome::Sent),
             Ok(n) => {
@@ -480,6 +501,18 @@ impl Transport for TcpModule {
         payload: &[u8],
         cookie: u64,
     ) -> Result<Completion, PluginError> {
+        if self.holds_back(rank, header.len() + payload.len()) {
+            check_header(header)?;
+            let at = self.next_position(rank);
+            let (frame, pad) = active_frame(at, tag, header, payload);
+            let bytes = remainder(&[&frame, header, &ZEROS[..pad], payload], 0);
+            self.enqueue(
+                rank,
+                OutItem::owned(bytes, Done::Send(cookie)),
+                WriteWhen::NextProgress,
+            )?;
+            return Ok(Completion::Pending);
+        }
         let Some(Rest {
             frame,
             pad,
@@ -637,7 +670,18 @@ impl Transport for TcpModule {
     }
 
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
-        // RDMA operations held back for a burst go out first.
+        self.in_progress = true;
+        let done = self.progress_inner(sink);
+        self.in_progress = false;
+        done
+    }
+}
+
+impl TcpModule {
+    fn progress_inner(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
+        // What a burst of sends or RDMA operations held back goes out
+        // first.
+        self.burst = false;
         while let Some(rank) = self.to_flush.pop() {
             self.flush(rank);
         }
@@ -710,6 +754,26 @@ impl TcpModule {
     /// Checks a send and writes what the socket takes of it now, if
     /// nothing waits before it: `None` once all of it left, else what is
     /// left to queue.
+    /// Whether a message of `size` bytes to `rank` waits for the next
+    /// `progress`, to leave with the rest of its burst in one write: a
+    /// small message sent by the caller (not from within `progress`) after
+    /// another was written since the last `progress`, or behind messages
+    /// already held back, on a connection whose socket takes more.
+    fn holds_back(&self, rank: Rank, size: usize) -> bool {
+        if !self.settings.sendi_batch || self.in_progress || size > BATCH_FRAME {
+            return false;
+        }
+        let Some(peer) = self.peers.get(&rank) else {
+            return false;
+        };
+        let PeerState::Established(id) = peer.state else {
+            return false;
+        };
+        // Queued bytes wait either for the socket to drain (`want_write`,
+        // and then nothing is held back) or for the next `progress`.
+        self.conns.get(id).is_some_and(|c| !c.want_write) && (self.burst || !peer.queue.is_empty())
+    }
+
     fn send_direct(
         &mut self,
         rank: Rank,

@@ -9,13 +9,22 @@
 //! writable, in pieces of `btl_tcp_write_chunk` bytes while more than one
 //! frame waits.
 //!
+//! - **Bursts.** A small message (header and payload up to 16 KiB) that
+//!   the caller sends after a `sendi` wrote one, with no `progress` call
+//!   between them, is held back: it waits in the queue for the next
+//!   `progress` and leaves with the rest of its burst in one `sendmsg`.
+//!   A window of small sends then costs two system calls, not one per
+//!   message. The first message of a burst, and messages sent from
+//!   within `progress` (a handler's answer), are written at once
+//!   (`btl_tcp_sendi_batch` off: every message is).
 //! - `sendi` answers `Busy` (sending nothing) when the message is larger
 //!   than the eager limit, the connection is not up yet (it is started),
-//!   bytes are queued, or the socket takes nothing. If the socket takes
-//!   only part of the message, the module keeps the rest and answers
-//!   `Sent`: the receiver still gets the whole message, in order, and
-//!   since the peer now has queued bytes, following `sendi`s answer `Busy`
-//!   until the queue drains.
+//!   bytes are queued, the message is held back for a burst (`send`
+//!   queues it, and completes it once written), or the socket takes
+//!   nothing. If the socket takes only part of the message, the module
+//!   keeps the rest and answers `Sent`: the receiver still gets the whole
+//!   message, in order, and since the peer now has queued bytes,
+//!   following `sendi`s answer `Busy` until the queue drains.
 //! - `send` first writes what is queued if the socket takes it, then
 //!   answers `Done` when the socket took the whole message now;
 //!   otherwise it copies what is left, answers `Pending`, and reports

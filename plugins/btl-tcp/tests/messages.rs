@@ -1,6 +1,6 @@
 //! What tcp adds to the transport suite's message cases: `sendi` against
-//! a full socket, partial writes finished by the module, the write chunk,
-//! and tcp's own attributes.
+//! a full socket, partial writes finished by the module, bursts held back
+//! until the next `progress`, the write chunk, and tcp's own attributes.
 
 mod common;
 
@@ -116,6 +116,100 @@ fn sendi_is_all_or_nothing_and_busy_while_sends_are_queued() {
     );
 }
 
+/// A burst of small messages (no progress between them) leaves in one
+/// write: the first at once, the others held back until the next
+/// `progress`, as `send`s with a completion (their `sendi` answers
+/// `Busy`). A large message flushes them and goes behind them.
+#[test]
+fn a_burst_of_small_sends_leaves_together_at_the_next_progress() {
+    let mut procs = job(JobSpec::new(2));
+    assert_eq!(
+        procs[0].m().sendi(1, 0, b"", b"").unwrap(),
+        SendiOutcome::Busy
+    );
+    drive(&mut procs, "connection", |p| {
+        p[0].modules[0].connection_addresses(1).is_some()
+    });
+    let payload = |i: u64| pattern(i, 8 + (i as usize * 61) % 2000);
+    assert_eq!(
+        procs[0]
+            .m()
+            .sendi(1, 3, &0u64.to_le_bytes(), &payload(0))
+            .unwrap(),
+        SendiOutcome::Sent
+    );
+    assert_eq!(procs[0].m().queued_bytes(1), 0, "the first goes at once");
+    for i in 1..40u64 {
+        let h = i.to_le_bytes();
+        assert_eq!(
+            procs[0].m().sendi(1, 3, &h, &payload(i)).unwrap(),
+            SendiOutcome::Busy,
+            "held back for the burst"
+        );
+        assert_eq!(
+            procs[0].m().send(1, 3, &h, &payload(i), 500 + i).unwrap(),
+            Completion::Pending
+        );
+    }
+    assert!(procs[0].m().queued_bytes(1) > 0);
+    let large = pattern(40, 64 << 10);
+    let large_cookie = match procs[0].m().send(1, 3, &40u64.to_le_bytes(), &large, 540) {
+        Ok(Completion::Pending) => Some(540),
+        Ok(Completion::Done) => None,
+        Err(e) => panic!("{e}"),
+    };
+    drive(&mut procs, "the burst and the large message", |p| {
+        p[1].rec.count_from(0) == 41
+    });
+    for (i, msg) in procs[1].rec.from(0).enumerate() {
+        let i = i as u64;
+        assert_eq!(msg.header, i.to_le_bytes(), "order");
+        let want = if i == 40 { large.clone() } else { payload(i) };
+        assert!(msg.payload == want, "message {i} intact");
+    }
+    drive(&mut procs, "completions", |p| {
+        (1..40).all(|i| p[0].rec.sends.contains_key(&(500 + i)))
+            && large_cookie.is_none_or(|c| p[0].rec.sends.contains_key(&c))
+    });
+    assert!(procs[0]
+        .rec
+        .sends
+        .values()
+        .all(|s| s.iter().all(|r| r.is_ok())));
+    assert_eq!(procs[0].rec.repeated_completion(), None);
+    // After a progress the next message is the first of a burst again.
+    assert_eq!(
+        procs[0].m().sendi(1, 3, b"", b"alone").unwrap(),
+        SendiOutcome::Sent
+    );
+}
+
+/// With `btl_tcp_sendi_batch` off every sendi writes at once.
+#[test]
+fn without_batching_every_sendi_writes_at_once() {
+    let mut procs = job(JobSpec::new(2).param("btl_tcp_sendi_batch", ParamValue::Bool(false)));
+    assert_eq!(
+        procs[0].m().sendi(1, 0, b"", b"").unwrap(),
+        SendiOutcome::Busy
+    );
+    drive(&mut procs, "connection", |p| {
+        p[0].modules[0].connection_addresses(1).is_some()
+    });
+    for i in 0..40u64 {
+        assert_eq!(
+            procs[0]
+                .m()
+                .sendi(1, 3, &i.to_le_bytes(), b"small")
+                .unwrap(),
+            SendiOutcome::Sent
+        );
+        assert_eq!(procs[0].m().queued_bytes(1), 0);
+    }
+    drive(&mut procs, "every message", |p| {
+        p[1].rec.count_from(0) == 40
+    });
+}
+
 #[test]
 fn attributes_and_addresses() {
     let mut procs = job(JobSpec::new(2));
@@ -202,6 +296,8 @@ fn a_sendi_over_the_write_chunk_goes_in_pieces_and_arrives_whole() {
     for (i, &size) in sizes.iter().enumerate() {
         let header = header_for(i);
         let payload = pattern(50 + i as u64, size);
+        // Each sendi the first of its burst, so written at once.
+        procs[0].progress();
         assert_eq!(
             procs[0].m().sendi(1, i as u8, &header, &payload).unwrap(),
             SendiOutcome::Sent,
