@@ -130,7 +130,7 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
     r.register(
         SENDI_BATCH,
         ParamValue::Bool(true),
-        "a small sendi made after another, with no progress call between them, waits for the next progress and leaves with the others of its burst in one write (false: each is written at once)",
+        "a small message sent to a peer after a sendi wrote one to it, with no progress call between them, waits for the next progress and leaves with the others of its burst in one write (false: each is written at once)",
     )?;
     r.register(
         HANDSHAKE_TIMEOUT,

@@ -67,6 +67,10 @@ pub(crate) struct Peer {
     pub(crate) queue: SendQueue,
     /// Dials after the first since the last established connection.
     pub(crate) redials: u32,
+    /// The module's `progress` generation in which a `sendi` made outside
+    /// `progress` last wrote to this peer (0: none): the next small
+    /// messages to it in that generation are a burst (see `crate::send`).
+    pub(crate) wrote_in: u64,
 }
 
 impl Peer {
@@ -76,6 +80,7 @@ impl Peer {
             state: PeerState::Idle,
             queue: SendQueue::default(),
             redials: 0,
+            wrote_in: 0,
         }
     }
 }
@@ -152,9 +157,8 @@ pub struct TcpModule {
     epoll_skips: u32,
     /// Inside `progress` (sends from the host's handlers).
     in_progress: bool,
-    /// A `sendi` outside `progress` wrote a frame since the last
-    /// `progress`: the next ones are a burst (see `crate::send`).
-    burst: bool,
+    /// `progress` calls so far, from 1: what a burst is counted in.
+    generation: u64,
     /// Dropped strangers, reported by address and rate-limited.
     pub(crate) strangers: StrangerReport,
     /// Peers in [`PeerState::Redial`] (an upper bound).
@@ -222,7 +226,7 @@ impl TcpModule {
             hot: None,
             epoll_skips: 0,
             in_progress: false,
-            burst: false,
+            generation: 1,
             strangers: StrangerReport::default(),
             redials_waiting: 0,
         })
@@ -472,7 +476,9 @@ impl Transport for TcpModule {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let written = write_pieces(&conn.sock, &parts, 0, 0);
         if !self.in_progress {
-            self.burst = true;
+            if let Some(peer) = self.peers.get_mut(&rank) {
+                peer.wrote_in = self.generation;
+            }
         }
         match written {
             Ok(0) => Ok(SendiOutcome::Busy),
@@ -680,8 +686,8 @@ impl Transport for TcpModule {
 impl TcpModule {
     fn progress_inner(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
         // What a burst of sends or RDMA operations held back goes out
-        // first.
-        self.burst = false;
+        // first; the next message to each peer starts a burst.
+        self.generation += 1;
         while let Some(rank) = self.to_flush.pop() {
             self.flush(rank);
         }
@@ -756,9 +762,10 @@ impl TcpModule {
     /// left to queue.
     /// Whether a message of `size` bytes to `rank` waits for the next
     /// `progress`, to leave with the rest of its burst in one write: a
-    /// small message sent by the caller (not from within `progress`) after
-    /// another was written since the last `progress`, or behind messages
-    /// already held back, on a connection whose socket takes more.
+    /// small message the caller (not a handler within `progress`) sends
+    /// to a peer it already wrote to since the last `progress`, or behind
+    /// messages already held back, on a connection whose socket takes
+    /// more.
     fn holds_back(&self, rank: Rank, size: usize) -> bool {
         if !self.settings.sendi_batch || self.in_progress || size > BATCH_FRAME {
             return false;
@@ -771,7 +778,8 @@ impl TcpModule {
         };
         // Queued bytes wait either for the socket to drain (`want_write`,
         // and then nothing is held back) or for the next `progress`.
-        self.conns.get(id).is_some_and(|c| !c.want_write) && (self.burst || !peer.queue.is_empty())
+        self.conns.get(id).is_some_and(|c| !c.want_write)
+            && (peer.wrote_in == self.generation || !peer.queue.is_empty())
     }
 
     fn send_direct(

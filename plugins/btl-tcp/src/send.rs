@@ -10,12 +10,13 @@
 //! frame waits.
 //!
 //! - **Bursts.** A small message (header and payload up to 16 KiB) that
-//!   the caller sends after a `sendi` wrote one, with no `progress` call
-//!   between them, is held back: it waits in the queue for the next
-//!   `progress` and leaves with the rest of its burst in one `sendmsg`.
-//!   A window of small sends then costs two system calls, not one per
-//!   message. The first message of a burst, and messages sent from
-//!   within `progress` (a handler's answer), are written at once
+//!   the caller sends to a peer after a `sendi` wrote one to it, with no
+//!   `progress` call between them, is held back: it waits in the queue
+//!   for the next `progress` and leaves with the rest of its burst in one
+//!   `sendmsg`. A window of small sends to a peer then costs two system
+//!   calls, not one per message. The first message of a burst (so one
+//!   message to each of several peers), and messages sent from within
+//!   `progress` (a handler's answer), are written at once
 //!   (`btl_tcp_sendi_batch` off: every message is).
 //! - `sendi` answers `Busy` (sending nothing) when the message is larger
 //!   than the eager limit, the connection is not up yet (it is started),

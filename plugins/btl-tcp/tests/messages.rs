@@ -184,6 +184,47 @@ fn a_burst_of_small_sends_leaves_together_at_the_next_progress() {
     );
 }
 
+/// A burst is per peer: the first message to each of several peers is
+/// written at once, a second one to the same peer is held back.
+#[test]
+fn the_first_message_to_each_peer_goes_at_once() {
+    let mut procs = job(JobSpec::new(3));
+    for peer in [1, 2] {
+        assert_eq!(
+            procs[0].m().sendi(peer, 0, b"", b"").unwrap(),
+            SendiOutcome::Busy
+        );
+    }
+    drive(&mut procs, "connections", |p| {
+        [1, 2]
+            .iter()
+            .all(|&r| p[0].modules[0].connection_addresses(r).is_some())
+    });
+    for peer in [1, 2] {
+        assert_eq!(
+            procs[0].m().sendi(peer, 3, b"", b"first").unwrap(),
+            SendiOutcome::Sent,
+            "to rank {peer}"
+        );
+    }
+    assert_eq!(
+        procs[0].m().sendi(1, 3, b"", b"second").unwrap(),
+        SendiOutcome::Busy
+    );
+    assert_eq!(
+        procs[0].m().send(1, 3, b"", b"second", 9).unwrap(),
+        Completion::Pending
+    );
+    drive(&mut procs, "every message", |p| {
+        p[1].rec.count_from(0) == 2 && p[2].rec.count_from(0) == 1
+    });
+    let to_1: Vec<_> = procs[1].rec.from(0).map(|m| m.payload.clone()).collect();
+    assert_eq!(to_1, [b"first".to_vec(), b"second".to_vec()]);
+    drive(&mut procs, "completion", |p| {
+        p[0].rec.sends.contains_key(&9)
+    });
+}
+
 /// With `btl_tcp_sendi_batch` off every sendi writes at once.
 #[test]
 fn without_batching_every_sendi_writes_at_once() {
