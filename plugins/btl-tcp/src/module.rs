@@ -684,6 +684,7 @@ impl Transport for TcpModule {
 }
 
 impl TcpModule {
+    /// The work of `progress`, which marks the time spent in it.
     fn progress_inner(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
         // What a burst of sends or RDMA operations held back goes out
         // first; the next message to each peer starts a burst.
@@ -757,9 +758,6 @@ impl TcpModule {
 }
 
 impl TcpModule {
-    /// Checks a send and writes what the socket takes of it now, if
-    /// nothing waits before it: `None` once all of it left, else what is
-    /// left to queue.
     /// Whether a message of `size` bytes to `rank` waits for the next
     /// `progress`, to leave with the rest of its burst in one write: a
     /// small message the caller (not a handler within `progress`) sends
@@ -782,6 +780,9 @@ impl TcpModule {
             && (peer.wrote_in == self.generation || !peer.queue.is_empty())
     }
 
+    /// Checks a send and writes what the socket takes of it now, if
+    /// nothing waits before it: `None` once all of it left, else what is
+    /// left to queue.
     fn send_direct(
         &mut self,
         rank: Rank,
