@@ -253,6 +253,32 @@ impl MemRegion {
     pub fn as_ptr(&self) -> *mut u8 {
         self.addr as *mut u8
     }
+
+    /// The bytes, for a reader of the operation the region was handed to.
+    ///
+    /// # Safety
+    ///
+    /// That operation (or registration) must not have ended, and nothing
+    /// may write the bytes while the slice lives: [`new`](Self::new)'s
+    /// contract, which the receiver of a region may rely on until then.
+    ///
+    /// ```
+    /// use fireopal_abi::btl::MemRegion;
+    /// let mut buf = *b"bytes";
+    /// // SAFETY: `buf` outlives the region and is only read through it.
+    /// let region = unsafe { MemRegion::new(buf.as_mut_ptr(), buf.len()) };
+    /// assert_eq!(unsafe { region.as_bytes() }, b"bytes");
+    /// let empty = unsafe { MemRegion::new(std::ptr::null_mut(), 0) };
+    /// assert!(unsafe { empty.as_bytes() }.is_empty());
+    /// ```
+    pub unsafe fn as_bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: by this function's contract the `len` bytes at `addr`
+        // are allocated and not written while the slice lives.
+        unsafe { core::slice::from_raw_parts(self.as_ptr(), self.len) }
+    }
 }
 
 /// A registration made by [`Transport::register_mem`].

@@ -28,7 +28,7 @@ use crate::failure::{ack_check_interval, sweep_interval};
 use crate::queue::{Done, OutItem, RegionPart, SendQueue};
 use crate::rdma::{OpKind, Ops, Registrations};
 use crate::send::{remainder, write_pieces, WriteWhen, ZEROS};
-use crate::sys::{region_bytes, Epoll, Readiness, Socket};
+use crate::sys::{Epoll, Readiness, Socket};
 use crate::RankHash;
 
 /// Where to dial a peer.
@@ -537,6 +537,7 @@ impl Transport for TcpModule {
         Ok(Completion::Pending)
     }
 
+    #[allow(unsafe_code)]
     fn send_in_place(
         &mut self,
         rank: Rank,
@@ -545,7 +546,9 @@ impl Transport for TcpModule {
         payload: MemRegion,
         cookie: u64,
     ) -> Result<Completion, PluginError> {
-        let bytes = region_bytes(&payload);
+        // SAFETY: the send has just been handed the region, so it has not
+        // completed; its bytes are read, not written, while `bytes` lives.
+        let bytes = unsafe { payload.as_bytes() };
         let Some(Rest {
             frame,
             pad,

@@ -126,7 +126,7 @@ impl Messenger {
         // SAFETY: valid for reads until the send completes, by the
         // region's contract; `send_message` is done with it when it
         // returns.
-        let bytes = unsafe { std::slice::from_raw_parts(payload.as_ptr(), payload.len()) };
+        let bytes = unsafe { payload.as_bytes() };
         self.send_message(peer, tag, header, bytes, Class::Layer)
     }
 

@@ -137,7 +137,7 @@ impl Messenger {
         if !self.takes_in_place(i, header.len(), payload.len()) {
             // SAFETY: valid for reads until the send completes, by the
             // region's contract; `send` is done with it when it returns.
-            let bytes = unsafe { std::slice::from_raw_parts(payload.as_ptr(), payload.len()) };
+            let bytes = unsafe { payload.as_bytes() };
             return self.send(peer, tag, header, bytes);
         }
         self.send_in_place_on(i, peer, tag, header, payload)

@@ -113,14 +113,6 @@ impl<'a, const N: usize> Gather<'a, N> {
     }
 }
 
-/// The bytes of `region`, to read while the caller holds it.
-pub(crate) fn region_bytes(region: &MemRegion) -> &[u8] {
-    // SAFETY: `MemRegion::new`'s contract keeps the bytes valid for reads
-    // and unchanged until the operation the region was handed to
-    // completes, which outlasts the borrow of the region value here.
-    unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) }
-}
-
 /// Copies `src` into `region` at `offset` (bounds-checked).
 pub(crate) fn copy_to_region(region: &MemRegion, offset: usize, src: &[u8]) -> io::Result<()> {
     check_range(region, offset, src.len())?;

@@ -25,7 +25,7 @@ mod memory;
 
 pub(crate) use epoll::{Epoll, Readiness};
 use memory::check_range;
-pub(crate) use memory::{copy_from_region, copy_to_region, region_bytes, Gather, MAX_IOV};
+pub(crate) use memory::{copy_from_region, copy_to_region, Gather, MAX_IOV};
 
 /// Result of a libc call that returns -1 and sets errno on failure.
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
