@@ -450,7 +450,12 @@ impl Transport for TcpModule {
         if header.len() + payload.len() > self.settings.eager_limit {
             return Ok(SendiOutcome::Busy);
         }
-        let Some(peer) = self.peers.get(&rank) else {
+        let (bursts, user, generation) = (
+            self.bursts(header.len() + payload.len()),
+            !self.in_progress,
+            self.generation,
+        );
+        let Some(peer) = self.peers.get_mut(&rank) else {
             return Err(self.unknown_peer(rank));
         };
         let (id, queued) = match &peer.state {
@@ -466,8 +471,8 @@ impl Transport for TcpModule {
             return Ok(SendiOutcome::Busy);
         };
         // Bytes are queued, or this message is held back for a burst
-        // (which `send` then queues).
-        if queued || self.holds_back(rank, header.len() + payload.len()) {
+        // (which `send` then queues; `holds_back` with nothing queued).
+        if queued || (bursts && !conn.want_write && peer.wrote_in == generation) {
             return Ok(SendiOutcome::Busy);
         }
         // Nothing is queued, so this frame starts a write.
@@ -475,10 +480,8 @@ impl Transport for TcpModule {
         let parts: [&[u8]; 4] = [&frame, header, &ZEROS[..pad], payload];
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let written = write_pieces(&conn.sock, &parts, 0, 0);
-        if !self.in_progress {
-            if let Some(peer) = self.peers.get_mut(&rank) {
-                peer.wrote_in = self.generation;
-            }
+        if user {
+            peer.wrote_in = generation;
         }
         match written {
             Ok(0) => Ok(SendiOutcome::Busy),
@@ -768,7 +771,7 @@ impl TcpModule {
     /// messages already held back, on a connection whose socket takes
     /// more.
     fn holds_back(&self, rank: Rank, size: usize) -> bool {
-        if !self.settings.sendi_batch || self.in_progress || size > BATCH_FRAME {
+        if !self.bursts(size) {
             return false;
         }
         let Some(peer) = self.peers.get(&rank) else {
@@ -781,6 +784,13 @@ impl TcpModule {
         // and then nothing is held back) or for the next `progress`.
         self.conns.get(id).is_some_and(|c| !c.want_write)
             && (peer.wrote_in == self.generation || !peer.queue.is_empty())
+    }
+
+    /// Whether a message of `size` bytes sent now may be held back at all:
+    /// batching is on, the caller is not a handler within `progress`, and
+    /// the message is small.
+    fn bursts(&self, size: usize) -> bool {
+        self.settings.sendi_batch && !self.in_progress && size <= BATCH_FRAME
     }
 
     /// Checks a send and writes what the socket takes of it now, if
