@@ -33,6 +33,12 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// The name of namespace `node`'s (0 or 1) end of pair `k` in set `id`.
+fn device(id: u32, node: usize, k: usize) -> String {
+    let side = if node == 0 { 'a' } else { 'b' };
+    format!("fo{id}{side}{k}")
+}
+
 /// Runs `tc` inside namespace `ns`.
 fn tc(ns: &str, args: &[&str]) -> Result<(), String> {
     let mut full = vec!["netns", "exec", ns, "tc"];
@@ -76,7 +82,7 @@ impl VethPair {
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
         for k in 0..pairs {
-            let (a, b) = (format!("fo{id}a{k}"), format!("fo{id}b{k}"));
+            let (a, b) = (device(id, 0, k), device(id, 1, k));
             ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
             ip(&["link", "set", &a, "netns", &ns0])?;
             ip(&["link", "set", &b, "netns", &ns1])?;
@@ -118,8 +124,10 @@ impl VethPair {
     /// from the interface's counters, read inside the namespace.
     pub fn tx_bytes(&self, node: usize, k: usize) -> Result<u64, String> {
         let ns = format!("{}{node}", self.prefix);
-        let side = if node == 0 { 'a' } else { 'b' };
-        let counter = format!("/sys/class/net/fo{}{side}{k}/statistics/tx_bytes", self.id);
+        let counter = format!(
+            "/sys/class/net/{}/statistics/tx_bytes",
+            device(self.id, node, k)
+        );
         let out = Command::new("ip")
             .args(["netns", "exec", &ns, "cat", &counter])
             .output()
