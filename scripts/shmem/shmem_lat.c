@@ -10,7 +10,10 @@
  * PE 0 puts n bytes into PE 1's symmetric buffer and quiets (put), or gets
  * them (get), or does a 64-bit fetch-add on PE 1's word (atomic), many
  * times after a warm-up, and prints per size the mean time of one
- * operation and n over it, in the table the comparison script reads.
+ * operation. Bandwidth is timed apart: windows of 64 shmem_putmem_nbi (or
+ * shmem_getmem_nbi) and one shmem_quiet each, as scripts/mpi/rma.c times
+ * MPI's; for the atomic it is 8 bytes over the time of one. The table is
+ * the one the comparison script reads.
  */
 #include <shmem.h>
 #include <stdio.h>
@@ -25,14 +28,21 @@ static double now_us(void)
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-static void print_row(size_t n, double us)
+static void print_row(size_t n, double us, double mbs)
 {
     if (n >= (1u << 20))
-        printf("%10zu MiB %14.3f %16.1f\n", n >> 20, us, n / us);
+        printf("%10zu MiB %14.3f %16.1f\n", n >> 20, us, mbs);
     else if (n >= 1024)
-        printf("%10zu KiB %14.3f %16.1f\n", n >> 10, us, n / us);
+        printf("%10zu KiB %14.3f %16.1f\n", n >> 10, us, mbs);
     else
-        printf("%10zu B %14.3f %16.1f\n", n, us, n / us);
+        printf("%10zu B %14.3f %16.1f\n", n, us, mbs);
+}
+
+/* Windows timed for bandwidth at size n, as fireopal's bench and
+ * scripts/mpi/pattern.h count them. */
+static int bw_windows(size_t n)
+{
+    return n <= 8192 ? 400 : n <= 65536 ? 100 : n <= (1 << 20) ? 20 : 8;
 }
 
 int main(int argc, char **argv)
@@ -75,7 +85,22 @@ int main(int argc, char **argv)
                     shmem_quiet();
                 }
             }
-            print_row(n, (now_us() - t0) / iters);
+            double us = (now_us() - t0) / iters, mbs = n / us;
+            if (!atomic) {
+                int windows = bw_windows(n);
+                t0 = now_us();
+                for (int w = 0; w < windows; w++) {
+                    for (int i = 0; i < 64; i++) {
+                        if (get)
+                            shmem_getmem_nbi(local, buf, n, 1);
+                        else
+                            shmem_putmem_nbi(buf, local, n, 1);
+                    }
+                    shmem_quiet();
+                }
+                mbs = (double)n * 64 * windows / (now_us() - t0);
+            }
+            print_row(n, us, mbs);
         }
         fflush(stdout);
     }

@@ -5,9 +5,12 @@
 //!
 //! PE 0 puts `n` bytes into PE 1's symmetric buffer and calls `quiet`
 //! (put), or gets them (get), many times after a warm-up, and reports the
-//! mean time of one; bandwidth is `n` over that time. The atomic
-//! benchmark times a 64-bit fetch-add on PE 1's word. PE 1 waits in a
-//! barrier meanwhile, which makes progress for operations that need it.
+//! mean time of one. Bandwidth is timed apart, over windows of 64
+//! `put_nbi` (or `get_nbi`) and one `quiet` each, as
+//! `scripts/shmem/shmem_lat.c` and `scripts/mpi/rma.c` time theirs. The
+//! atomic benchmark times a 64-bit fetch-add on PE 1's word (its
+//! bandwidth column is 8 bytes over that time). PE 1 waits in a barrier
+//! meanwhile, which makes progress for operations that need it.
 //! At the end PE 0 moves a known pattern of the largest size and the side
 //! that received it checks every byte, and PE 1 checks that its word
 //! counts every fetch-add.
@@ -17,7 +20,7 @@ use std::time::Instant;
 use fireopal::shmem::{PathKind, Shmem};
 use fireopal::Runtime;
 
-use super::{Row, STALL};
+use super::{bandwidth_windows, Row, STALL, WINDOW};
 use crate::json::Json;
 use crate::{CommonArgs, Failure};
 
@@ -180,10 +183,36 @@ fn measure(
                 }
             }
             let latency_us = start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+            let bandwidth_mbs = match op {
+                Op::FetchAdd => n as f64 / latency_us,
+                Op::Put | Op::Get => {
+                    let windows = bandwidth_windows(n, quick);
+                    let start = Instant::now();
+                    for _ in 0..windows {
+                        for _ in 0..WINDOW {
+                            // SAFETY: `local` outlives the window, which the
+                            // quiet below completes before it is touched
+                            // again. The window's gets all land in it, as
+                            // the MPI and OpenSHMEM programs' do.
+                            #[allow(unsafe_code)]
+                            unsafe {
+                                if op == Op::Put {
+                                    sh.put_nbi(peer, buf, local.as_ptr(), n)
+                                } else {
+                                    sh.get_nbi(peer, local.as_mut_ptr(), buf, n)
+                                }
+                            }
+                            .map_err(err("window"))?;
+                        }
+                        sh.quiet().map_err(err("quiet"))?;
+                    }
+                    (n * WINDOW * windows) as f64 / start.elapsed().as_secs_f64() / 1e6
+                }
+            };
             rows.push(Row {
                 size: n,
                 latency_us,
-                bandwidth_mbs: n as f64 / latency_us,
+                bandwidth_mbs,
             });
         }
         // The check: a known pattern of the largest size.
