@@ -506,7 +506,7 @@ impl<'a> Shmem<'a> {
                     .is_some_and(|end| end as u64 <= self.heap.len())
             })
             .map(|off| off as u64)
-            .ok_or(ShmemError::NotSymmetric { addr, len })
+            .ok_or_else(|| ShmemError::NotSymmetric { addr, len })
     }
 
     fn check_pe(&self, pe: u32) -> Result<(), ShmemError> {

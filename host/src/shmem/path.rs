@@ -62,7 +62,16 @@ impl Shmem<'_> {
             let path = self.resolve(pe)?;
             self.st.paths.insert(pe, path);
         }
-        self.st.paths.get(&pe).ok_or(ShmemError::NoSuchPe(pe))
+        self.st
+            .paths
+            .get(&pe)
+            .ok_or_else(|| ShmemError::NoSuchPe(pe))
+    }
+
+    /// The path to `pe` if it was found before.
+    #[inline]
+    pub(super) fn known_path(&self, pe: u32) -> Option<&Path> {
+        self.st.paths.get(&pe)
     }
 
     fn resolve(&mut self, pe: u32) -> Result<Path, ShmemError> {

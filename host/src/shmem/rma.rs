@@ -122,6 +122,23 @@ enum Target {
 
 /// An operation that completes later: an RDMA operation, or a get through
 /// messages (its request).
+impl Target {
+    /// Where `addr` (at `offset` in the heap) lies on `path`.
+    #[inline]
+    fn on(path: &Path, addr: usize, offset: u64) -> Self {
+        match path {
+            Path::Own => Self::Here(addr as *mut u8),
+            Path::Mapped { base, .. } => Self::Here(base.wrapping_add(offset as usize)),
+            Path::Remote {
+                base,
+                key,
+                rdma: true,
+            } => Self::Rdma(base + offset, key.clone()),
+            Path::Remote { rdma: false, .. } => Self::Messages(offset),
+        }
+    }
+}
+
 pub(super) enum Started {
     Rdma(SendId),
     Get(u64),
@@ -129,18 +146,15 @@ pub(super) enum Started {
 
 impl Shmem<'_> {
     /// Where `len` bytes at symmetric address `addr` are on `pe`.
+    #[inline]
     fn target(&mut self, pe: u32, addr: usize, len: usize) -> Result<Target, ShmemError> {
         let offset = self.offset_of(addr, len)?;
-        Ok(match self.path(pe)? {
-            Path::Own => Target::Here(addr as *mut u8),
-            Path::Mapped { base, .. } => Target::Here(base.wrapping_add(offset as usize)),
-            Path::Remote {
-                base,
-                key,
-                rdma: true,
-            } => Target::Rdma(base + offset, key.clone()),
-            Path::Remote { rdma: false, .. } => Target::Messages(offset),
-        })
+        // A PE already reached costs one lookup; its first use finds the
+        // path.
+        if let Some(path) = self.known_path(pe) {
+            return Ok(Target::on(path, addr, offset));
+        }
+        Ok(Target::on(self.path(pe)?, addr, offset))
     }
 
     /// Starts an RDMA operation; its id when it completes later.
