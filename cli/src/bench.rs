@@ -56,7 +56,8 @@ fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|register
         [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick] [--param name=value]...
-fireopal bench shmem|shmem-put|shmem-get|shmem-atomic [--btl NAME] [--json] [--quick] [--param name=value]...";
+fireopal bench shmem|shmem-put|shmem-get|shmem-atomic [--btl NAME] [--sizes N,...] [--json] [--quick]
+        [--param name=value]...";
 
 const USAGE: &str = "\
 usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
@@ -65,8 +66,8 @@ usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|r
                [--param name=value]...
        fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick]
                [--param name=value]...
-       fireopal bench shmem|shmem-put|shmem-get|shmem-atomic [--btl NAME] [--json] [--quick]
-               [--param name=value]...
+       fireopal bench shmem|shmem-put|shmem-get|shmem-atomic [--btl NAME] [--sizes N,...]
+               [--json] [--quick] [--param name=value]...
 
 Latency and bandwidth between ranks 0 and 1, OSU-style: of active messages
 (pingpong), of tagged send/recv between user buffers (p2p, with the
@@ -82,8 +83,9 @@ or alone to reach this process itself.
   --from SOURCE         pingpong only: where messages above the eager limit
                         are sent from: auto (default), buffer, heap, user,
                         copy or registered
-  --sizes N[,N]...      pingpong, p2p, put and get: these message sizes in
-                        bytes, not the default 0 B to 4 MiB
+  --sizes N[,N]...      pingpong, p2p, put, get, shmem-put and shmem-get:
+                        these message sizes in bytes, not the default
+                        0 B (8 B for shmem) to 4 MiB
   --rounds N            registration only: alternated rounds (default 5)
   --json                print the results as JSON
   --quick               fewer iterations, to check that it runs
@@ -133,7 +135,8 @@ struct Bench {
     quick: bool,
     from: From,
     rounds: usize,
-    /// `--sizes`: only these message sizes (pingpong, p2p, put, get).
+    /// `--sizes`: only these message sizes (pingpong, p2p, put, get, the
+    /// symmetric-heap puts and gets).
     sizes: Option<Vec<usize>>,
 }
 
@@ -176,7 +179,12 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--quick") => b.quick = true,
             Arg::Opt("--btl") => btl = Some(it.value()?.to_owned()),
             Arg::Opt("--from") if kind == Kind::PingPong => b.from = it.choice(&FROM)?,
-            Arg::Opt("--sizes") if matches!(kind, Kind::P2p | Kind::PingPong | Kind::Rma(_)) => {
+            Arg::Opt("--sizes")
+                if matches!(
+                    kind,
+                    Kind::P2p | Kind::PingPong | Kind::Rma(_) | Kind::Shmem(_)
+                ) =>
+            {
                 let v = it.value()?;
                 let sizes: Option<Vec<usize>> =
                     v.split(',').map(|n| n.trim().parse().ok()).collect();
@@ -237,7 +245,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         Kind::P2p => p2p::run(&b.common, b.json, b.quick, b.sizes.as_deref()),
         Kind::Registration => registration::run(&b.common, b.json, b.quick, b.rounds),
         Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick, b.sizes.as_deref()),
-        Kind::Shmem(ops) => shmem::run(ops, &b.common, b.json, b.quick),
+        Kind::Shmem(ops) => shmem::run(ops, &b.common, b.json, b.quick, b.sizes.as_deref()),
     };
     match done {
         Ok(()) => ExitCode::SUCCESS,

@@ -63,7 +63,8 @@ p2p cases: eager-and-rendezvous, wildcards, ordering, truncation,
 zero-bytes, self, many-requests, communicators, random (seeded by
 FIREOPAL_P2P_SEED), reregistration, given-up-send, given-up-recv,
 peer-death
-shmem cases: heap, put-get, nonblocking, atomics, signal, bad-arguments
+shmem cases: heap, put-get, nonblocking, atomics, signal, small-puts,
+bad-arguments
 ";
 
 const CMD: &str = "fireopal conformance";

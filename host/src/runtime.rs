@@ -141,7 +141,13 @@ impl Runtime {
             )
         };
         let (direct, rdma) = (!off("shmem_direct"), !off("shmem_rdma"));
-        let shmem = shmem::State::init(p2p.messenger(), &heap, &mut boot, direct, rdma)
+        let put_batch = match registry.params().value("shmem_put_batch") {
+            Some(fireopal_abi::param::ParamValue::Size(n)) => {
+                usize::try_from(*n).unwrap_or(usize::MAX)
+            }
+            _ => shmem::DEFAULT_PUT_BATCH,
+        };
+        let shmem = shmem::State::init(p2p.messenger(), &heap, &mut boot, direct, rdma, put_batch)
             .map_err(RuntimeError::Shmem)?;
         Ok(Runtime {
             shmem,

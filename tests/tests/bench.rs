@@ -136,6 +136,41 @@ fn put_and_get_take_sizes() {
 }
 
 #[test]
+fn shmem_benches_take_sizes() {
+    let out = bench_with("shmem", "self", 1, &["--sizes", "8,65536"]);
+    let tables: Vec<String> = out
+        .split("# fireopal ")
+        .skip(1)
+        .map(|t| format!("# fireopal {t}"))
+        .collect();
+    assert_eq!(tables.len(), 3, "{out}");
+    assert_eq!(sizes(&tables[0]), ["8 B", "64 KiB"], "{out}");
+    assert_eq!(sizes(&tables[1]), ["8 B", "64 KiB"], "{out}");
+    assert_eq!(sizes(&tables[2]), ["8 B"], "the atomic is one word: {out}");
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    for bad in ["0", "4194305"] {
+        let out = run_with_timeout(
+            Command::new(&host).args(["bench", "shmem-put", "--btl", "self", "--sizes", bad]),
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            out.code,
+            Some(1),
+            "stdout:\n{}\nstderr:\n{}",
+            out.stdout,
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(&format!(
+                "--sizes {bad}: the symmetric buffer holds 1 to 4194304 bytes"
+            )),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
 fn shmem_over_shm_tcp_and_self() {
     for (btl, ranks, path) in [
         ("shm", 2, "mapped heap"),

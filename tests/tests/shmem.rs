@@ -14,12 +14,13 @@ use std::time::Duration;
 use fireopal_tests::{host_binary, run_with_timeout, RunOutput};
 
 /// Every case of the suite, in run order.
-const CASES: [&str; 7] = [
+const CASES: [&str; 8] = [
     "heap",
     "put-get",
     "nonblocking",
     "atomics",
     "signal",
+    "small-puts",
     "bad-arguments",
     "pe-death",
 ];

@@ -70,8 +70,20 @@ fn err(what: &'static str) -> impl Fn(fireopal::shmem::ShmemError) -> String {
     move |e| format!("{what}: {e}")
 }
 
-/// Runs the benchmarks of `ops` in one job, in order.
-pub(super) fn run(ops: &[Op], common: &CommonArgs, json: bool, quick: bool) -> Result<(), Failure> {
+/// Runs the benchmarks of `ops` in one job, in order, at `only` sizes
+/// if given (puts and gets; the atomic is always 8 bytes).
+pub(super) fn run(
+    ops: &[Op],
+    common: &CommonArgs,
+    json: bool,
+    quick: bool,
+    only: Option<&[usize]>,
+) -> Result<(), Failure> {
+    let max = *SIZES.last().unwrap_or(&0);
+    let sizes = only.unwrap_or(&SIZES);
+    if let Some(&n) = sizes.iter().find(|&&n| n == 0 || n > max) {
+        return Err(format!("--sizes {n}: the symmetric buffer holds 1 to {max} bytes").into());
+    }
     let mut rt = Runtime::init_with(fireopal::plugin::Options {
         command_line: common.params.clone(),
         ..fireopal::plugin::Options::default()
@@ -88,12 +100,11 @@ pub(super) fn run(ops: &[Op], common: &CommonArgs, json: bool, quick: bool) -> R
         .route(peer)
         .map(|r| format!("{}[{}]", r.component, r.index))
         .unwrap_or_default();
-    let max = *SIZES.last().unwrap_or(&0);
     for &op in ops {
         let (rows, path) = {
             let mut sh = rt.shmem();
             let path = sh.path_kind(peer).map_err(err("path"))?;
-            let rows = measure(&mut sh, op, rank, peer, max, quick)?;
+            let rows = measure(&mut sh, op, (rank, peer), (sizes, max), quick)?;
             (rows, path)
         };
         if rank == 0 {
@@ -137,12 +148,13 @@ fn report(op: Op, rows: &[Row], to: (u32, PathKind), module: &str, size: u32, js
     }
 }
 
+/// One benchmark between `(rank, peer)` at `sizes`, with buffers of
+/// `max` bytes (the largest size the checks move).
 fn measure(
     sh: &mut Shmem<'_>,
     op: Op,
-    rank: u32,
-    peer: u32,
-    max: usize,
+    (rank, peer): (u32, u32),
+    (sizes, max): (&[usize], usize),
     quick: bool,
 ) -> Result<Vec<Row>, Failure> {
     let buf = sh.malloc(max).map_err(err("malloc"))?;
@@ -161,7 +173,7 @@ fn measure(
     let mut rows = Vec::new();
     let mut adds = 0u64;
     if rank == 0 {
-        let sizes: &[usize] = if op == Op::FetchAdd { &[8] } else { &SIZES };
+        let sizes: &[usize] = if op == Op::FetchAdd { &[8] } else { sizes };
         for &n in sizes {
             let (iters, warmup) = iterations(n, quick);
             let mut start = Instant::now();

@@ -23,6 +23,8 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 const SIZES: [usize; 6] = [1, 8, 4096, 8193, 65_537, 1 << 20];
 /// Atomic updates per PE on the shared word.
 const UPDATES: u64 = 2000;
+/// Small puts from each PE into each PE in the `small-puts` case.
+const SMALL_PUTS: usize = 1000;
 /// Longest a PE waits for a lock word before the case fails.
 const LOCK_LIMIT: Duration = Duration::from_secs(60);
 /// Longest PE 0 keeps operating on a PE that is leaving before the
@@ -47,12 +49,13 @@ pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs.
 /// (`pe-death` leaves the job one PE short, so it is last.)
-pub const CASES: [(&str, Case); 7] = [
+pub const CASES: [(&str, Case); 8] = [
     ("heap", case_heap),
     ("put-get", case_put_get),
     ("nonblocking", case_nonblocking),
     ("atomics", case_atomics),
     ("signal", case_signal),
+    ("small-puts", case_small_puts),
     ("bad-arguments", case_bad_arguments),
     ("pe-death", case_pe_death),
 ];
@@ -323,6 +326,82 @@ fn case_signal(c: &mut Ctx) -> Result<Outcome, String> {
     }
     sh.free(sig.cast()).map_err(err("free"))?;
     sh.free(data).map_err(err("free"))?;
+    Ok(Outcome::Passed)
+}
+
+/// Small puts, which a route whose target moves the data gathers into
+/// batches: a thousand from every PE into every PE, with atomics on the
+/// same targets among them and gets that must read back what this PE put
+/// just before; then a ring where each PE puts into the next one's flag
+/// and waits for its own, with no `quiet` between, which a batch held
+/// back would deadlock.
+fn case_small_puts(c: &mut Ctx) -> Result<Outcome, String> {
+    let mut sh = c.rt.shmem();
+    let (me, n) = (sh.my_pe(), sh.n_pes());
+    let slots = sh
+        .calloc(n as usize * SMALL_PUTS, 8)
+        .map_err(err("calloc"))?
+        .cast::<u64>();
+    let count = sh.calloc(1, 8).map_err(err("calloc"))?.cast::<u64>();
+    let flag = sh.calloc(1, 8).map_err(err("calloc"))?.cast::<u64>();
+    sh.barrier_all().map_err(err("barrier"))?;
+    let value = |from: u32, to: u32, i: usize| key(&[7, u64::from(from), u64::from(to), i as u64]);
+    let mine = |i: usize| slots.wrapping_add(me as usize * SMALL_PUTS + i);
+    for t in (0..n).map(|k| (me + k) % n) {
+        for i in 0..SMALL_PUTS {
+            sh.put(t, mine(i), &[value(me, t, i)]).map_err(err("put"))?;
+            if i % 97 == 0 {
+                sh.atomic_add(t, count, 1u64).map_err(err("add"))?;
+            }
+            if i % 251 == 0 {
+                let mut back = [0u64];
+                sh.get(t, &mut back, mine(i)).map_err(err("get"))?;
+                if back[0] != value(me, t, i) {
+                    return Err(format!(
+                        "a get from PE {t} missed this PE's put {i} before it"
+                    ));
+                }
+            }
+        }
+    }
+    let next = (me + 1) % n;
+    sh.put(next, flag, &[u64::from(me) + 1])
+        .map_err(err("put flag"))?;
+    let seen = sh
+        .wait_until(flag, WaitCmp::Ne, 0u64)
+        .map_err(err("wait_until"))?;
+    sh.barrier_all().map_err(err("barrier"))?;
+    let prev = (me + n - 1) % n;
+    if seen != u64::from(prev) + 1 {
+        return Err(format!("flag is {seen}, expected {}", prev + 1));
+    }
+    // SAFETY: `n * SMALL_PUTS` words of this heap, complete after the
+    // barrier; the counter likewise.
+    #[allow(unsafe_code)]
+    let (landed, total) = unsafe {
+        (
+            std::slice::from_raw_parts(slots, n as usize * SMALL_PUTS).to_vec(),
+            count.read_volatile(),
+        )
+    };
+    for from in 0..n {
+        for i in 0..SMALL_PUTS {
+            let got = landed[from as usize * SMALL_PUTS + i];
+            if got != value(from, me, i) {
+                return Err(format!("put {i} from PE {from} holds {got:#x}"));
+            }
+        }
+    }
+    // Each PE added once every 97 puts to each target.
+    let want = SMALL_PUTS.div_ceil(97) as u64 * u64::from(n);
+    if total != want {
+        return Err(format!("counter is {total}, expected {want}"));
+    }
+    sh.barrier_all().map_err(err("barrier"))?;
+    for p in [flag, count] {
+        sh.free(p.cast()).map_err(err("free"))?;
+    }
+    sh.free(slots.cast()).map_err(err("free"))?;
     Ok(Outcome::Passed)
 }
 

@@ -13,7 +13,10 @@
 //! with the data as payload, answered by an [`AmoReply`];
 //! [`GetRequest`] 32 (`kind, 0u8, 0u16, 0u32, request u64, offset u64,
 //! len u64`); [`GetReply`] 16 (`kind, status, 0u16, 0u32, request u64`)
-//! with the data as payload;
+//! with the data as payload; [`PutBatch`] 16 (`kind, 0u8, 0u16, 0u32,
+//! request u64`) with a run of put records as payload (`offset u64, len
+//! u32, 0u32`, then the data, zero-padded to a multiple of 8: see
+//! [`PutRecords`]), answered by one [`AmoReply`];
 //! [`HeapEntry`] 32 plus the key (`version, flags, 0u16, 0u32, base u64,
 //! len u64, key_len u32, 0u32, key`). Reserved bytes must be zero.
 
@@ -38,6 +41,8 @@ code_enum! {
         GetRequest = 5,
         /// [`GetReply`].
         GetReply = 6,
+        /// [`PutBatch`].
+        PutBatch = 7,
     }
 }
 
@@ -179,6 +184,8 @@ pub enum Message {
     GetRequest(GetRequest),
     /// The answer to a read (the data is the payload).
     GetReply(GetReply),
+    /// Puts for the target to write (the records are the payload).
+    PutBatch(PutBatch),
 }
 
 impl Message {
@@ -248,6 +255,10 @@ impl Message {
                     request: f.u64()?,
                 })
             }
+            Kind::PutBatch => {
+                f.reserved::<7>(Malformed::Reserved)?;
+                Message::PutBatch(PutBatch { request: f.u64()? })
+            }
         };
         if f.remaining() != 0 {
             return Err(Malformed::Trailing);
@@ -259,7 +270,10 @@ impl Message {
 impl Message {
     /// Whether a message of this kind carries data after its header.
     pub fn carries_payload(&self) -> bool {
-        matches!(self, Self::PutRequest(_) | Self::GetReply(_))
+        matches!(
+            self,
+            Self::PutRequest(_) | Self::GetReply(_) | Self::PutBatch(_)
+        )
     }
 }
 
@@ -285,6 +299,109 @@ impl PutRequest {
             w.u64(self.request);
             w.u64(self.offset);
         })
+    }
+}
+
+/// Small puts to one target gathered into one message, each a record of
+/// the payload ([`PutRecords`]); acknowledged as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutBatch {
+    /// The requester's id, echoed in the [`AmoReply`] that acknowledges
+    /// every record.
+    pub request: u64,
+}
+
+impl PutBatch {
+    /// Bytes of the encoded header.
+    pub const LEN: usize = 16;
+
+    /// The header bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::PutBatch as u8);
+            w.zeros(7);
+            w.u64(self.request);
+        })
+    }
+}
+
+/// Bytes of a put record's fixed part: offset, length, reserved.
+pub const PUT_RECORD_HEADER: usize = 16;
+
+/// Bytes a put record of `len` data bytes takes in a batch.
+pub const fn put_record_len(len: usize) -> usize {
+    PUT_RECORD_HEADER + len.next_multiple_of(8)
+}
+
+/// Appends to `batch` the record of `data` to write at `offset`.
+///
+/// # Panics
+///
+/// If `data` is 4 GiB or longer (a record's length is 32 bits; batches
+/// hold small puts).
+pub fn push_put_record(batch: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let len = u32::try_from(data.len()).expect("a put record holds less than 4 GiB");
+    batch.extend_from_slice(&offset.to_le_bytes());
+    batch.extend_from_slice(&len.to_le_bytes());
+    batch.extend_from_slice(&[0; 4]);
+    batch.extend_from_slice(data);
+    let pad = data.len().next_multiple_of(8) - data.len();
+    batch.extend_from_slice(&[0; 8][..pad]);
+}
+
+/// The records of a [`PutBatch`]'s payload, in order: `(offset, data)`.
+/// A record that is cut short or has a reserved byte set ends the walk
+/// with its error.
+///
+/// ```
+/// use fireopal_core::wire::shmem::{push_put_record, PutRecords};
+/// let mut batch = Vec::new();
+/// push_put_record(&mut batch, 64, b"abc");
+/// push_put_record(&mut batch, 8, &[]);
+/// let records: Vec<_> = PutRecords::new(&batch).collect();
+/// assert_eq!(records, [Ok((64, &b"abc"[..])), Ok((8, &b""[..]))]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct PutRecords<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> PutRecords<'a> {
+    /// The records of `payload`.
+    pub fn new(payload: &'a [u8]) -> Self {
+        Self { rest: payload }
+    }
+}
+
+impl<'a> Iterator for PutRecords<'a> {
+    type Item = Result<(u64, &'a [u8]), Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let record = (|| {
+            let mut f = Fields::new(Reader::new(self.rest), Malformed::Short);
+            let offset = f.u64()?;
+            let len = f.u32()? as usize;
+            f.reserved::<4>(Malformed::Reserved)?;
+            let end = PUT_RECORD_HEADER
+                .checked_add(len.checked_next_multiple_of(8).ok_or(Malformed::Short)?)
+                .filter(|&end| end <= self.rest.len())
+                .ok_or(Malformed::Short)?;
+            let data = &self.rest[PUT_RECORD_HEADER..PUT_RECORD_HEADER + len];
+            Ok((offset, data, end))
+        })();
+        match record {
+            Ok((offset, data, end)) => {
+                self.rest = &self.rest[end..];
+                Some(Ok((offset, data)))
+            }
+            Err(e) => {
+                self.rest = &[];
+                Some(Err(e))
+            }
+        }
     }
 }
 
@@ -526,6 +643,9 @@ mod tests {
             let r = GetReply { status: AmoStatus::OutOfRange, request };
             prop_assert_eq!(Message::decode(&r.encode()), Ok(Message::GetReply(r)));
             prop_assert!(Message::GetReply(r).carries_payload());
+            let b = PutBatch { request };
+            prop_assert_eq!(Message::decode(&b.encode()), Ok(Message::PutBatch(b)));
+            prop_assert!(Message::PutBatch(b).carries_payload());
             prop_assert!(!Message::GetRequest(g).carries_payload());
         }
 
@@ -600,5 +720,48 @@ mod tests {
             HeapEntry::decode(&[2; 40]),
             Err(Malformed::UnknownVersion(2))
         );
+    }
+
+    proptest! {
+        #[test]
+        fn put_records_round_trip_and_any_cut_is_an_error(
+            puts in proptest::collection::vec((any::<u64>(), proptest::collection::vec(any::<u8>(), 0..40)), 0..8),
+            cut: usize,
+        ) {
+            let mut batch = Vec::new();
+            for (offset, data) in &puts {
+                push_put_record(&mut batch, *offset, data);
+            }
+            let want: usize = puts.iter().map(|(_, d)| put_record_len(d.len())).sum();
+            prop_assert_eq!(batch.len(), want);
+            let got: Vec<(u64, Vec<u8>)> = PutRecords::new(&batch)
+                .map(|r| r.map(|(o, d)| (o, d.to_vec())))
+                .collect::<Result<_, _>>()
+                .unwrap();
+            prop_assert_eq!(&got, &puts);
+            // A payload cut inside a record ends in an error, not a panic.
+            if !batch.is_empty() {
+                let cut = cut % batch.len();
+                let ends: Vec<usize> = puts
+                    .iter()
+                    .scan(0, |at, (_, d)| { *at += put_record_len(d.len()); Some(*at) })
+                    .collect();
+                let walked: Vec<_> = PutRecords::new(&batch[..cut]).collect();
+                if ends.contains(&cut) || cut == 0 {
+                    prop_assert!(walked.iter().all(|r| r.is_ok()));
+                } else {
+                    prop_assert_eq!(walked.last(), Some(&Err(Malformed::Short)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_put_record_with_a_reserved_byte_set_is_refused() {
+        let mut batch = Vec::new();
+        push_put_record(&mut batch, 16, b"data");
+        batch[12] = 1;
+        let walked: Vec<_> = PutRecords::new(&batch).collect();
+        assert_eq!(walked, [Err(Malformed::Reserved)]);
     }
 }

@@ -181,6 +181,8 @@ impl Shmem<'_> {
         compare: u64,
         fetch: bool,
     ) -> Result<u64, ShmemError> {
+        // Puts gathered for this PE land before the atomic.
+        super::sync::flush_batch(self.m, self.st, pe)?;
         let request = self.next_request() | if fetch { 0 } else { NON_FETCHING };
         let msg = AmoRequest {
             op,

@@ -79,6 +79,9 @@ pub(crate) const TAG_SHMEM: u8 = 0xFB;
 const HEAP_KEY: &str = "fireopal-shmem-heap";
 /// The barrier's flag: this process's heap is at the agreed address.
 const FLAG_AGREED: u64 = 1;
+/// Default of `shmem_put_batch`: small puts to one PE gathered into one
+/// message of at most this many bytes of records.
+pub const DEFAULT_PUT_BATCH: usize = 16 << 10;
 /// Operations this process completes alone between two calls to
 /// [`Messenger::progress`].
 pub const LOCAL_POLL: u32 = 64;
@@ -95,6 +98,11 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
             "shmem_rdma",
             ParamValue::Bool(true),
             "put and get through the transports' RDMA where the route offers it; off sends the data in messages the target copies",
+        ),
+        ParamSpec::new(
+            "shmem_put_batch",
+            ParamValue::Size(DEFAULT_PUT_BATCH as u64),
+            "bytes of small puts to one PE gathered into one message where the target's own progress moves the data anyway (tcp, or no RDMA); puts up to a quarter of it are gathered; 0 sends each alone",
         ),
     ]
 }
@@ -248,6 +256,17 @@ pub(crate) struct State {
     epoch: u64,
     /// Operations completed alone since the last progress.
     local_ops: u32,
+    /// Most bytes of records in one batch of puts (0: no batches).
+    put_batch: usize,
+    /// Puts gathered for each PE and not sent yet; only PEs with records
+    /// have an entry.
+    batches: HashMap<u32, Vec<u8>, IdHash>,
+    /// Emptied batch buffers, kept for their capacity.
+    spare_batches: Vec<Vec<u8>>,
+    /// A batchable put was sent since this process last made progress:
+    /// the next ones are gathered (the first leaves at once, so a lone
+    /// put does not wait for the next call).
+    put_since_progress: bool,
     /// Stall limit of waits.
     stall: Option<Duration>,
 }
@@ -274,6 +293,7 @@ impl State {
         boot: &mut Bootstrap,
         direct: bool,
         rdma: bool,
+        put_batch: usize,
     ) -> Result<State, ShmemError> {
         let inbox = Rc::new(RefCell::new(Inbox::default()));
         sync::install_handler(messenger, heap, Rc::clone(&inbox));
@@ -318,6 +338,10 @@ impl State {
             amo_sent: 0,
             epoch: 0,
             local_ops: 0,
+            put_batch,
+            batches: HashMap::default(),
+            spare_batches: Vec::new(),
+            put_since_progress: false,
             stall: None,
         };
         let flags = if heap.at_agreed_address() {
@@ -526,6 +550,10 @@ impl<'a> Shmem<'a> {
             return Ok(());
         }
         self.st.local_ops = 0;
+        // Puts gathered for other PEs leave whenever this process makes
+        // progress, so a loop of local operations does not hold them.
+        sync::flush_batches(self.m, self.st)?;
+        self.st.put_since_progress = false;
         self.m.progress().map(drop).map_err(ShmemError::Progress)
     }
 

@@ -41,6 +41,12 @@ pub(super) enum Path {
         /// Puts and gets are the transport's RDMA; otherwise messages the
         /// target copies.
         rdma: bool,
+        /// The target's own progress moves put data on this route (no
+        /// RDMA, or RDMA the target serves): small puts go in batches.
+        batch: bool,
+        /// RDMA stays in order with messages (one lane): a batch sent
+        /// before an RDMA operation lands before it.
+        in_order: bool,
     },
 }
 
@@ -98,6 +104,8 @@ impl Shmem<'_> {
                 base: entry.base,
                 key: Rc::from(&[][..]),
                 rdma: false,
+                batch: true,
+                in_order: true,
             });
         };
         if self.st.direct {
@@ -129,6 +137,8 @@ impl Shmem<'_> {
             base: entry.base,
             key: Rc::from(key),
             rdma,
+            batch: !rdma || flags.contains(BtlFlags::TARGET_SERVES_RDMA),
+            in_order: self.m.lanes(pe).len() <= 1,
         })
     }
 }

@@ -18,11 +18,13 @@
 use std::mem::size_of;
 
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
-use fireopal_core::wire::shmem::{AmoOp, GetRequest, PutRequest, Width};
+use fireopal_core::wire::shmem::{
+    push_put_record, put_record_len, AmoOp, GetRequest, PutRequest, Width,
+};
 
 use super::atomic::{execute, AtomicWord};
 use super::path::Path;
-use super::sync::NON_FETCHING;
+use super::sync::{self, NON_FETCHING};
 use super::{rank, InFlight, Shmem, ShmemError, TAG_SHMEM};
 use crate::btl::{Class, SendId, SendTicket};
 
@@ -118,27 +120,32 @@ enum Target {
     Rdma(u64, std::rc::Rc<[u8]>),
     /// At this offset of the PE's heap, through messages the PE copies.
     Messages(u64),
+    /// At this offset of the PE's heap, in the PE's batch of small puts.
+    Batch(u64),
 }
 
-/// An operation that completes later: an RDMA operation, or a get through
-/// messages (its request).
 impl Target {
-    /// Where `addr` (at `offset` in the heap) lies on `path`.
+    /// Where `addr` (at `offset` in the heap) lies on `path`, for a put
+    /// that may join a batch if `batchable`.
     #[inline]
-    fn on(path: &Path, addr: usize, offset: u64) -> Self {
+    fn on(path: &Path, addr: usize, offset: u64, batchable: bool) -> Self {
         match path {
             Path::Own => Self::Here(addr as *mut u8),
             Path::Mapped { base, .. } => Self::Here(base.wrapping_add(offset as usize)),
+            Path::Remote { batch: true, .. } if batchable => Self::Batch(offset),
             Path::Remote {
                 base,
                 key,
                 rdma: true,
+                ..
             } => Self::Rdma(base + offset, key.clone()),
             Path::Remote { rdma: false, .. } => Self::Messages(offset),
         }
     }
 }
 
+/// An operation that completes later: an RDMA operation, or a get through
+/// messages (its request).
 pub(super) enum Started {
     Rdma(SendId),
     Get(u64),
@@ -146,15 +153,53 @@ pub(super) enum Started {
 
 impl Shmem<'_> {
     /// Where `len` bytes at symmetric address `addr` are on `pe`.
+    /// Where `len` bytes at `addr` lie on `pe`; a put that may join a
+    /// batch (`batchable`) is [`Target::Batch`] on a route that takes
+    /// them.
     #[inline]
-    fn target(&mut self, pe: u32, addr: usize, len: usize) -> Result<Target, ShmemError> {
+    fn target(
+        &mut self,
+        pe: u32,
+        addr: usize,
+        len: usize,
+        batchable: bool,
+    ) -> Result<Target, ShmemError> {
         let offset = self.offset_of(addr, len)?;
         // A PE already reached costs one lookup; its first use finds the
         // path.
         if let Some(path) = self.known_path(pe) {
-            return Ok(Target::on(path, addr, offset));
+            return Ok(Target::on(path, addr, offset, batchable));
         }
-        Ok(Target::on(self.path(pe)?, addr, offset))
+        Ok(Target::on(self.path(pe)?, addr, offset, batchable))
+    }
+
+    /// Gathers a put of `data` at `offset` of `pe`'s heap into its batch,
+    /// sending the batch first if the put does not fit. The first put
+    /// since this process last made progress leaves at once, as a batch
+    /// of one.
+    fn batch_put(&mut self, pe: u32, offset: u64, data: &[u8]) -> Result<(), ShmemError> {
+        let need = put_record_len(data.len());
+        let limit = self.st.put_batch;
+        if self
+            .st
+            .batches
+            .get(&pe)
+            .is_some_and(|b| b.len() + need > limit)
+        {
+            sync::flush_batch(self.m, self.st, pe)?;
+        }
+        let spare = &mut self.st.spare_batches;
+        let batch = self
+            .st
+            .batches
+            .entry(pe)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
+        push_put_record(batch, offset, data);
+        if !self.st.put_since_progress {
+            self.st.put_since_progress = true;
+            return sync::flush_batch(self.m, self.st, pe);
+        }
+        Ok(())
     }
 
     /// Starts an RDMA operation; its id when it completes later.
@@ -367,7 +412,32 @@ impl Shmem<'_> {
             return Ok(None);
         }
         let local = local.cast::<u8>();
-        match self.target(pe, symmetric, len)? {
+        // Small puts may wait in a batch (up to a quarter of one, so that
+        // a batch gathers several).
+        let batchable = write && len <= self.st.put_batch / 4;
+        let target = self.target(pe, symmetric, len, batchable)?;
+        if let Target::Batch(offset) = target {
+            // SAFETY: valid for reads, per the contract; copied into the
+            // batch before this returns.
+            let data = unsafe { std::slice::from_raw_parts(local, len) };
+            return self.batch_put(pe, offset, data).map(|()| None);
+        }
+        if !matches!(target, Target::Here(_)) && self.st.batches.contains_key(&pe) {
+            // What was gathered for this PE goes before this operation;
+            // over several lanes RDMA may pass it, so it lands first.
+            sync::flush_batch(self.m, self.st, pe)?;
+            let passes = matches!(target, Target::Rdma(..))
+                && !matches!(
+                    self.known_path(pe),
+                    Some(Path::Remote { in_order: true, .. })
+                );
+            if passes {
+                let inbox = std::rc::Rc::clone(&self.st.inbox);
+                let sent = self.st.amo_sent;
+                self.wait(Some(pe), |_| inbox.borrow().acked >= sent)?;
+            }
+        }
+        match target {
             Target::Here(there) => {
                 let (to, from) = if write {
                     (there, local)
@@ -393,6 +463,7 @@ impl Shmem<'_> {
                 self.put_message(pe, offset, data).map(|()| None)
             }
             Target::Messages(offset) => self.get_message(pe, offset, local, len).map(Some),
+            Target::Batch(_) => Ok(None),
         }
     }
 

@@ -1,6 +1,15 @@
 //! Completion and synchronisation: the handler that serves other PEs'
-//! atomics and records answers and barrier notices, the wait every
-//! blocking call goes through, `quiet`, `fence` and the barrier.
+//! atomics and records answers and barrier notices, the batches of small
+//! puts, the wait every blocking call goes through, `quiet`, `fence` and
+//! the barrier.
+//!
+//! On a route where the target's own progress moves put data anyway (tcp,
+//! or no RDMA), small puts to a PE are gathered into one message of
+//! records (`shmem_put_batch`), which the target writes in order and
+//! acknowledges once, as a non-fetching atomic. A batch leaves before any
+//! other operation to its PE, when it is full, and whenever this process
+//! waits (every blocking call, `quiet`, `fence`, the barrier), so a put
+//! is delivered as soon as anything here makes progress.
 //!
 //! The barrier is a dissemination barrier over active messages: in round
 //! `r` each PE tells PE `me + 2^r` and waits for PE `me - 2^r`, so
@@ -14,7 +23,7 @@ use std::rc::Rc;
 
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::wire::shmem::{
-    AmoReply, AmoStatus, BarrierNotice, GetReply, Malformed, Message,
+    AmoReply, AmoStatus, BarrierNotice, GetReply, Malformed, Message, PutBatch, PutRecords,
 };
 
 use super::atomic::{execute, word_at};
@@ -115,6 +124,43 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
                 };
                 answer(&reply.encode(), Vec::new());
             }
+            Ok(Message::PutBatch(batch)) => {
+                // Every record in range is written, in order; the answer
+                // carries the first refusal.
+                let mut status = AmoStatus::Done;
+                for record in PutRecords::new(msg.payload) {
+                    match record {
+                        Ok((offset, data)) => match range(offset, data.len()) {
+                            Some(at) => {
+                                // SAFETY: as for a single put: a range
+                                // inside this heap, from a separate buffer.
+                                #[allow(unsafe_code)]
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        data.as_ptr(),
+                                        at as *mut u8,
+                                        data.len(),
+                                    )
+                                };
+                            }
+                            None if status == AmoStatus::Done => status = AmoStatus::OutOfRange,
+                            None => {}
+                        },
+                        Err(error) => {
+                            inbox.malformed.push((peer, error));
+                            if status == AmoStatus::Done {
+                                status = AmoStatus::OutOfRange;
+                            }
+                        }
+                    }
+                }
+                let reply = AmoReply {
+                    status,
+                    request: batch.request,
+                    value: 0,
+                };
+                answer(&reply.encode(), Vec::new());
+            }
             Ok(Message::GetRequest(get)) => {
                 let n = usize::try_from(get.len).unwrap_or(usize::MAX);
                 let (status, data) = match range(get.offset, n) {
@@ -195,6 +241,34 @@ fn collect(m: &mut Messenger, st: &mut State) {
     }
 }
 
+/// Sends the puts gathered for `pe`, if any, as one message acknowledged
+/// like a non-fetching atomic.
+pub(super) fn flush_batch(m: &mut Messenger, st: &mut State, pe: u32) -> Result<(), ShmemError> {
+    let Some(mut batch) = st.batches.remove(&pe) else {
+        return Ok(());
+    };
+    st.next_request += 1;
+    let header = PutBatch {
+        request: st.next_request | NON_FETCHING,
+    }
+    .encode();
+    let sent = m.send_class(Class::OneSided, rank(pe), TAG_SHMEM, &header, &batch);
+    batch.clear();
+    st.spare_batches.push(batch);
+    sent?;
+    st.amo_sent += 1;
+    st.amo_targets.insert(pe);
+    Ok(())
+}
+
+/// Sends every PE's gathered puts.
+pub(super) fn flush_batches(m: &mut Messenger, st: &mut State) -> Result<(), ShmemError> {
+    while let Some(&pe) = st.batches.keys().next() {
+        flush_batch(m, st, pe)?;
+    }
+    Ok(())
+}
+
 /// Makes progress until `done` holds. Fails on a malformed message, on the
 /// failure of `pe` (or, without one, of a PE this process has operations
 /// outstanding with), or after the stall limit with nothing happening.
@@ -204,6 +278,8 @@ pub(super) fn wait(
     pe: Option<u32>,
     mut done: impl FnMut(&mut State) -> bool,
 ) -> Result<(), ShmemError> {
+    // Whatever this process waits for may need the puts it gathered.
+    flush_batches(m, st)?;
     let mut watch = st.stall.map(StallWatch::new);
     loop {
         collect(m, st);
@@ -225,6 +301,7 @@ pub(super) fn wait(
         if let Some((pe, failure)) = failed {
             return Err(ShmemError::PeerFailed { pe, failure });
         }
+        st.put_since_progress = false;
         let work = m.progress().map_err(ShmemError::Progress)?;
         if let Some(w) = watch.as_mut() {
             if w.stalled(work) {
@@ -237,7 +314,11 @@ pub(super) fn wait(
 /// Waits for every operation this process started: RDMA, and the answers
 /// of non-fetching atomics. Reports the first failure among them.
 pub(super) fn quiet(m: &mut Messenger, st: &mut State) -> Result<(), ShmemError> {
-    if st.pending.is_empty() && st.amo_targets.is_empty() && st.failed.is_empty() {
+    if st.pending.is_empty()
+        && st.amo_targets.is_empty()
+        && st.failed.is_empty()
+        && st.batches.is_empty()
+    {
         // Everything since the last quiet went through mappings and is
         // complete; with nothing recorded to report, there is nothing to
         // wait for.
@@ -335,7 +416,10 @@ impl Shmem<'_> {
     /// them.
     pub fn fence(&mut self) -> Result<(), ShmemError> {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        if self.st.pending.is_empty() && self.st.amo_targets.is_empty() {
+        if self.st.pending.is_empty()
+            && self.st.amo_targets.is_empty()
+            && self.st.batches.is_empty()
+        {
             return Ok(());
         }
         self.quiet()
