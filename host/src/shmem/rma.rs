@@ -422,11 +422,13 @@ impl Shmem<'_> {
             let data = unsafe { std::slice::from_raw_parts(local, len) };
             return self.batch_put(pe, offset, data).map(|()| None);
         }
-        if !matches!(target, Target::Here(_)) && self.st.batches.contains_key(&pe) {
-            // What was gathered for this PE goes before this operation;
-            // over several lanes RDMA may pass it, so it lands first.
+        if !matches!(target, Target::Here(_)) {
+            // What was gathered for this PE goes before this operation.
             sync::flush_batch(self.m, self.st, pe)?;
+            // Over several lanes RDMA may pass messages: the batches and
+            // atomics sent to this PE land first.
             let passes = matches!(target, Target::Rdma(..))
+                && self.st.amo_targets.contains(&pe)
                 && !matches!(
                     self.known_path(pe),
                     Some(Path::Remote { in_order: true, .. })
