@@ -115,24 +115,24 @@ fn put_and_get_take_sizes() {
         let table = bench_with(what, "self", 1, &["--sizes", "64,65536"]);
         assert_eq!(sizes(&table), ["64 B", "64 KiB"], "{table}");
     }
-    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
-    let out = run_with_timeout(
-        Command::new(&host).args(["bench", "put", "--btl", "self", "--sizes", "8,4194305"]),
-        Duration::from_secs(60),
+    refused(
+        &["bench", "put", "--btl", "self", "--sizes", "8,4194305"],
+        "--sizes 4194305: the window holds 4194304 bytes",
     );
+}
+
+/// `fireopal <args>` ends with status 1 and says `why` on stderr.
+fn refused(args: &[&str], why: &str) {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = run_with_timeout(Command::new(&host).args(args), Duration::from_secs(60));
     assert_eq!(
         out.code,
         Some(1),
-        "stdout:\n{}\nstderr:\n{}",
+        "{args:?}\nstdout:\n{}\nstderr:\n{}",
         out.stdout,
         out.stderr
     );
-    assert!(
-        out.stderr
-            .contains("--sizes 4194305: the window holds 4194304 bytes"),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
 }
 
 #[test]
@@ -147,25 +147,10 @@ fn shmem_benches_take_sizes() {
     assert_eq!(sizes(&tables[0]), ["8 B", "64 KiB"], "{out}");
     assert_eq!(sizes(&tables[1]), ["8 B", "64 KiB"], "{out}");
     assert_eq!(sizes(&tables[2]), ["8 B"], "the atomic is one word: {out}");
-    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     for bad in ["0", "4194305"] {
-        let out = run_with_timeout(
-            Command::new(&host).args(["bench", "shmem-put", "--btl", "self", "--sizes", bad]),
-            Duration::from_secs(60),
-        );
-        assert_eq!(
-            out.code,
-            Some(1),
-            "stdout:\n{}\nstderr:\n{}",
-            out.stdout,
-            out.stderr
-        );
-        assert!(
-            out.stderr.contains(&format!(
-                "--sizes {bad}: the symmetric buffer holds 1 to 4194304 bytes"
-            )),
-            "{}",
-            out.stderr
+        refused(
+            &["bench", "shmem-put", "--btl", "self", "--sizes", bad],
+            &format!("--sizes {bad}: the symmetric buffer holds 1 to 4194304 bytes"),
         );
     }
 }

@@ -152,10 +152,9 @@ pub(super) enum Started {
 }
 
 impl Shmem<'_> {
-    /// Where `len` bytes at symmetric address `addr` are on `pe`.
-    /// Where `len` bytes at `addr` lie on `pe`; a put that may join a
-    /// batch (`batchable`) is [`Target::Batch`] on a route that takes
-    /// them.
+    /// Where `len` bytes at symmetric address `addr` lie on `pe`; a put
+    /// that may join a batch (`batchable`) is [`Target::Batch`] on a
+    /// route that takes batches.
     #[inline]
     fn target(
         &mut self,
@@ -416,13 +415,7 @@ impl Shmem<'_> {
         // a batch gathers several).
         let batchable = write && len <= self.st.put_batch / 4;
         let target = self.target(pe, symmetric, len, batchable)?;
-        if let Target::Batch(offset) = target {
-            // SAFETY: valid for reads, per the contract; copied into the
-            // batch before this returns.
-            let data = unsafe { std::slice::from_raw_parts(local, len) };
-            return self.batch_put(pe, offset, data).map(|()| None);
-        }
-        if !matches!(target, Target::Here(_)) {
+        if matches!(target, Target::Rdma(..) | Target::Messages(_)) {
             // What was gathered for this PE goes before this operation.
             sync::flush_batch(self.m, self.st, pe)?;
             // Over several lanes RDMA may pass messages: the batches and
@@ -465,7 +458,12 @@ impl Shmem<'_> {
                 self.put_message(pe, offset, data).map(|()| None)
             }
             Target::Messages(offset) => self.get_message(pe, offset, local, len).map(Some),
-            Target::Batch(_) => Ok(None),
+            Target::Batch(offset) => {
+                // SAFETY: valid for reads, per the contract; copied into
+                // the batch before this returns.
+                let data = unsafe { std::slice::from_raw_parts(local, len) };
+                self.batch_put(pe, offset, data).map(|()| None)
+            }
         }
     }
 

@@ -6,10 +6,12 @@
 //! On a route where the target's own progress moves put data anyway (tcp,
 //! or no RDMA), small puts to a PE are gathered into one message of
 //! records (`shmem_put_batch`), which the target writes in order and
-//! acknowledges once, as a non-fetching atomic. A batch leaves before any
-//! other operation to its PE, when it is full, and whenever this process
-//! waits (every blocking call, `quiet`, `fence`, the barrier), so a put
-//! is delivered as soon as anything here makes progress.
+//! acknowledges once, as a non-fetching atomic. The first put since this
+//! process last made progress leaves at once, alone; a batch leaves when
+//! it is full, before any other operation to its PE, and whenever this
+//! process makes progress (every wait, `quiet`, `fence`, the barrier,
+//! every 64th operation completed alone), so no put waits on a PE that
+//! keeps calling the library.
 //!
 //! The barrier is a dissemination barrier over active messages: in round
 //! `r` each PE tells PE `me + 2^r` and waits for PE `me - 2^r`, so
