@@ -154,12 +154,13 @@ impl Shmem<'_> {
         if addr % width.bytes() as usize != 0 {
             return Err(ShmemError::Misaligned(addr));
         }
-        let word = match self.path(pe)? {
-            Path::Own => addr as *mut u8,
-            Path::Mapped { base, .. } => base.wrapping_add(offset as usize),
-            Path::Remote { .. } => {
-                return self.amo_remote(pe, offset, op, width, operand, compare, fetch)
-            }
+        let word = self.with_path(pe, |path| match path {
+            Path::Own => Some(addr as *mut u8),
+            Path::Mapped { base, .. } => Some(base.wrapping_add(offset as usize)),
+            Path::Remote { .. } => None,
+        })?;
+        let Some(word) = word else {
+            return self.amo_remote(pe, offset, op, width, operand, compare, fetch);
         };
         // SAFETY: the word lies inside this heap or the mapping of `pe`'s
         // (checked by `offset_of` against the heap's length, which every
@@ -183,7 +184,7 @@ impl Shmem<'_> {
     ) -> Result<u64, ShmemError> {
         // Puts gathered for this PE land before the atomic.
         super::sync::flush_batch(self.m, self.st, pe)?;
-        let request = self.next_request() | if fetch { 0 } else { NON_FETCHING };
+        let request = self.st.next_request() | if fetch { 0 } else { NON_FETCHING };
         let msg = AmoRequest {
             op,
             width,

@@ -354,6 +354,12 @@ impl State {
         Ok(st)
     }
 
+    /// A fresh request id of this process.
+    fn next_request(&mut self) -> u64 {
+        self.next_request += 1;
+        self.next_request
+    }
+
     /// Completes everything, meets every PE, and drops the mappings and
     /// the heap's registration. Collective.
     pub(crate) fn finalize(
@@ -555,11 +561,6 @@ impl<'a> Shmem<'a> {
         sync::flush_batches(self.m, self.st)?;
         self.st.put_since_progress = false;
         self.m.progress().map(drop).map_err(ShmemError::Progress)
-    }
-
-    fn next_request(&mut self) -> u64 {
-        self.st.next_request += 1;
-        self.st.next_request
     }
 }
 

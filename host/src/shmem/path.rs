@@ -74,10 +74,18 @@ impl Shmem<'_> {
             .ok_or_else(|| ShmemError::NoSuchPe(pe))
     }
 
-    /// The path to `pe` if it was found before.
+    /// `f` of the path to `pe`: one lookup for a PE reached before, the
+    /// path found on first use.
     #[inline]
-    pub(super) fn known_path(&self, pe: u32) -> Option<&Path> {
-        self.st.paths.get(&pe)
+    pub(super) fn with_path<R>(
+        &mut self,
+        pe: u32,
+        f: impl FnOnce(&Path) -> R,
+    ) -> Result<R, ShmemError> {
+        if let Some(path) = self.st.paths.get(&pe) {
+            return Ok(f(path));
+        }
+        Ok(f(self.path(pe)?))
     }
 
     fn resolve(&mut self, pe: u32) -> Result<Path, ShmemError> {

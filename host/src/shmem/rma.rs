@@ -116,8 +116,9 @@ enum Target {
     /// In this process (own heap or a mapping), at this address.
     Here(*mut u8),
     /// At this address of the PE, through the transport's RDMA with this
-    /// key.
-    Rdma(u64, std::rc::Rc<[u8]>),
+    /// key; `in_order` when RDMA stays in order with messages on the
+    /// route (one lane).
+    Rdma(u64, std::rc::Rc<[u8]>, bool),
     /// At this offset of the PE's heap, through messages the PE copies.
     Messages(u64),
     /// At this offset of the PE's heap, in the PE's batch of small puts.
@@ -137,8 +138,9 @@ impl Target {
                 base,
                 key,
                 rdma: true,
+                in_order,
                 ..
-            } => Self::Rdma(base + offset, key.clone()),
+            } => Self::Rdma(base + offset, key.clone(), *in_order),
             Path::Remote { rdma: false, .. } => Self::Messages(offset),
         }
     }
@@ -164,12 +166,7 @@ impl Shmem<'_> {
         batchable: bool,
     ) -> Result<Target, ShmemError> {
         let offset = self.offset_of(addr, len)?;
-        // A PE already reached costs one lookup; its first use finds the
-        // path.
-        if let Some(path) = self.known_path(pe) {
-            return Ok(Target::on(path, addr, offset, batchable));
-        }
-        Ok(Target::on(self.path(pe)?, addr, offset, batchable))
+        self.with_path(pe, |path| Target::on(path, addr, offset, batchable))
     }
 
     /// Gathers a put of `data` at `offset` of `pe`'s heap into its batch,
@@ -253,7 +250,7 @@ impl Shmem<'_> {
     /// non-fetching atomic, so complete at `quiet`. Messages to a PE stay
     /// in order, so what is sent after it lands after it.
     fn put_message(&mut self, pe: u32, offset: u64, data: &[u8]) -> Result<(), ShmemError> {
-        let request = self.next_request() | NON_FETCHING;
+        let request = self.st.next_request() | NON_FETCHING;
         let header = PutRequest { request, offset }.encode();
         self.m
             .send_class(Class::OneSided, rank(pe), TAG_SHMEM, &header, data)?;
@@ -271,7 +268,7 @@ impl Shmem<'_> {
         dest: *mut u8,
         len: usize,
     ) -> Result<Started, ShmemError> {
-        let request = self.next_request();
+        let request = self.st.next_request();
         let header = GetRequest {
             request,
             offset,
@@ -420,12 +417,8 @@ impl Shmem<'_> {
             sync::flush_batch(self.m, self.st, pe)?;
             // Over several lanes RDMA may pass messages: the batches and
             // atomics sent to this PE land first.
-            let passes = matches!(target, Target::Rdma(..))
-                && self.st.amo_targets.contains(&pe)
-                && !matches!(
-                    self.known_path(pe),
-                    Some(Path::Remote { in_order: true, .. })
-                );
+            let passes =
+                matches!(target, Target::Rdma(_, _, false)) && self.st.amo_targets.contains(&pe);
             if passes {
                 let inbox = std::rc::Rc::clone(&self.st.inbox);
                 let sent = self.st.amo_sent;
@@ -445,7 +438,7 @@ impl Shmem<'_> {
                 unsafe { copy(to, from, len) };
                 self.done_alone().map(|()| None)
             }
-            Target::Rdma(remote, key) => {
+            Target::Rdma(remote, key, _) => {
                 // SAFETY: valid until completion, per the contract; a put
                 // only reads it.
                 let region = unsafe { MemRegion::new(local, len) };

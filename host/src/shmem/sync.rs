@@ -82,6 +82,20 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
                 .filter(|&end| end <= len)
                 .map(|_| base + offset as usize)
         };
+        // A put's data written at `offset` of the heap, if it fits there.
+        let write = |offset: u64, data: &[u8]| match range(offset, data.len()) {
+            Some(at) => {
+                // SAFETY: the range lies inside this process's heap
+                // (checked by `range`), which outlives the messenger; the
+                // data is a separate buffer.
+                #[allow(unsafe_code)]
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len())
+                };
+                AmoStatus::Done
+            }
+            None => AmoStatus::OutOfRange,
+        };
         match decoded {
             Ok(Message::AmoRequest(req)) => {
                 let (status, value) = match word_at(base, len, req.offset, req.width) {
@@ -102,25 +116,8 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
                 answer(&reply.encode(), Vec::new());
             }
             Ok(Message::PutRequest(put)) => {
-                let status = match range(put.offset, msg.payload.len()) {
-                    Some(at) => {
-                        // SAFETY: the range lies inside this process's
-                        // heap (checked by `range`), which outlives the
-                        // messenger; the payload is a separate buffer.
-                        #[allow(unsafe_code)]
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                msg.payload.as_ptr(),
-                                at as *mut u8,
-                                msg.payload.len(),
-                            )
-                        };
-                        AmoStatus::Done
-                    }
-                    None => AmoStatus::OutOfRange,
-                };
                 let reply = AmoReply {
-                    status,
+                    status: write(put.offset, msg.payload),
                     request: put.request,
                     value: 0,
                 };
@@ -131,29 +128,15 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
                 // carries the first refusal.
                 let mut status = AmoStatus::Done;
                 for record in PutRecords::new(msg.payload) {
-                    match record {
-                        Ok((offset, data)) => match range(offset, data.len()) {
-                            Some(at) => {
-                                // SAFETY: as for a single put: a range
-                                // inside this heap, from a separate buffer.
-                                #[allow(unsafe_code)]
-                                unsafe {
-                                    std::ptr::copy_nonoverlapping(
-                                        data.as_ptr(),
-                                        at as *mut u8,
-                                        data.len(),
-                                    )
-                                };
-                            }
-                            None if status == AmoStatus::Done => status = AmoStatus::OutOfRange,
-                            None => {}
-                        },
+                    let wrote = match record {
+                        Ok((offset, data)) => write(offset, data),
                         Err(error) => {
                             inbox.malformed.push((peer, error));
-                            if status == AmoStatus::Done {
-                                status = AmoStatus::OutOfRange;
-                            }
+                            AmoStatus::OutOfRange
                         }
+                    };
+                    if status == AmoStatus::Done {
+                        status = wrote;
                     }
                 }
                 let reply = AmoReply {
@@ -249,9 +232,8 @@ pub(super) fn flush_batch(m: &mut Messenger, st: &mut State, pe: u32) -> Result<
     let Some(mut batch) = st.batches.remove(&pe) else {
         return Ok(());
     };
-    st.next_request += 1;
     let header = PutBatch {
-        request: st.next_request | NON_FETCHING,
+        request: st.next_request() | NON_FETCHING,
     }
     .encode();
     let sent = m.send_class(Class::OneSided, rank(pe), TAG_SHMEM, &header, &batch);
