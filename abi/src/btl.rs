@@ -571,6 +571,18 @@ pub trait Transport: Send + 'static {
     fn unmap_remote(&mut self, _id: u64) -> Result<(), PluginError> {
         Err(PluginError::unsupported("remote mappings"))
     }
+
+    /// Bytes the module has taken and not yet handed to the device. The
+    /// part that matters is the one no completion is owed for, which the
+    /// host cannot see otherwise: the rest of a `sendi` the device took
+    /// only in part, and frames of the module's own (RDMA requests,
+    /// answers to a peer's `get` or `put`); `progress` sends them. Before
+    /// it closes its modules the host makes progress until every module
+    /// answers 0, so that such bytes are not lost at close. A module that
+    /// holds nothing without a cookie may keep the default, 0.
+    fn unsent(&self) -> u64 {
+        0
+    }
 }
 
 /// Host-side receiver of events, as it crosses the boundary.
@@ -676,6 +688,10 @@ pub trait BtlModule: Send {
     /// See [`Transport::unmap_remote`].
     fn unmap_remote(&mut self, _id: u64) -> RResult<(), PluginError> {
         RResult::RErr(PluginError::unsupported("remote mappings"))
+    }
+    /// See [`Transport::unsent`].
+    fn unsent(&self) -> RResult<u64, PluginError> {
+        RResult::ROk(0)
     }
 }
 

@@ -255,6 +255,9 @@ impl<T: Transport> BtlModule for TransportAdapter<T> {
         let inner = &mut self.inner;
         self.poison.run(|| inner.unmap_remote(id))
     }
+    fn unsent(&self) -> RResult<u64, PluginError> {
+        self.poison.run(|| Ok(self.inner.unsent()))
+    }
 }
 
 /// Wraps a [`Transport`] into the boxed trait object that crosses the

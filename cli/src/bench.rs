@@ -632,7 +632,7 @@ fn send(m: &mut Messenger, peer: u32, tag: u8, payload: &[u8]) -> Result<(), Str
 
 fn drain_sends(m: &mut Messenger) -> Result<(), String> {
     let start = Instant::now();
-    while m.pending_sends() > 0 {
+    while !m.drained() {
         m.progress().map_err(|e| e.to_string())?;
         for (_, status) in m.take_completions() {
             status.map_err(|e| e.to_string())?;

@@ -212,7 +212,8 @@ impl Runtime {
         &mut self.boot
     }
 
-    /// Closes in order: waits for the messenger's sends to finish, meets
+    /// Closes in order: waits until everything sent has left (see
+    /// [`Messenger::drained`](crate::btl::Messenger::drained)), meets
     /// every rank at a barrier (so that no rank closes its transports while
     /// a peer still reads from it), unregisters the heap, closes the
     /// transports and the heap, and leaves the job. Collective.
@@ -224,9 +225,9 @@ impl Runtime {
         let drained = {
             let m = self.p2p.messenger();
             match stall {
-                Some(limit) => m.wait_until(|m| m.pending_sends() == 0, limit),
+                Some(limit) => m.wait_until(|m| m.drained(), limit),
                 None => loop {
-                    if m.pending_sends() == 0 {
+                    if m.drained() {
                         break Ok(());
                     }
                     if let Err(e) = m.progress() {

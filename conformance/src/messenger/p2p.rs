@@ -153,9 +153,7 @@ pub fn run(mut rt: Runtime, cases: &[(&'static str, Case)]) -> Result<Tally, Set
         // short: no collective finalize, but what this rank sent leaves
         // before it does (a send completes once its bytes are copied).
         let stall = c.rt.p2p().stall_limit().unwrap_or(STALL);
-        let drained =
-            c.rt.messenger()
-                .wait_until(|m| m.pending_sends() == 0, stall);
+        let drained = c.rt.messenger().wait_until(|m| m.drained(), stall);
         if let Err(e) = drained {
             println!("rank {rank}: note: sends still queued at the end: {e}");
         }

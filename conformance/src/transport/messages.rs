@@ -54,7 +54,8 @@ pub(super) fn send<M: Transport>(
 }
 
 /// Waits until every cookie in `pending[r]` completed on rank `r`, and
-/// checks each completed once and well.
+/// checks each completed once and well, and that no module still counts
+/// bytes unsent (every message has arrived by then).
 fn complete_all<M: Transport>(job: &mut Job<M>, pending: &[Vec<u64>]) -> Result<(), Failure> {
     job.drive("send completions", |j| {
         j.procs
@@ -76,6 +77,13 @@ fn complete_all<M: Transport>(job: &mut Job<M>, pending: &[Vec<u64>]) -> Result<
                 return Err(Failure(format!("send {c} of rank {} failed: {e}", p.rank)));
             }
         }
+        let unsent = p.module.unsent();
+        ensure(unsent == 0, || {
+            format!(
+                "rank {} counts {unsent} bytes unsent after delivery",
+                p.rank
+            )
+        })?;
     }
     job.check_clean()
 }

@@ -913,6 +913,26 @@ impl Messenger {
         self.shared.outstanding.len()
     }
 
+    /// Bytes the modules have taken and not yet sent, among them those no
+    /// completion is owed for (see
+    /// [`Transport::unsent`](fireopal_abi::btl::Transport::unsent)).
+    pub fn unsent(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| s.closed.is_none())
+            // A module that fails here fails its next `progress` too,
+            // and is closed there with its queue.
+            .map(|s| s.module.unsent().into_result().unwrap_or(0))
+            .sum()
+    }
+
+    /// Whether everything sent has left: no send pending, no handler's
+    /// reply waiting, no byte held in a module. What a process waits for
+    /// before closing its transports; progress leads there.
+    pub fn drained(&self) -> bool {
+        self.pending_sends() == 0 && self.shared.replies.is_empty() && self.unsent() == 0
+    }
+
     /// Peers reported failed since the last call, each with why, once.
     pub fn take_failures(&mut self) -> Vec<(Rank, PeerFailure)> {
         std::mem::take(&mut self.shared.failures)

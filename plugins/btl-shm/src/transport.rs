@@ -637,6 +637,18 @@ impl Transport for ShmTransport {
         self.rdma(op, false)
     }
 
+    /// Work waiting behind a full queue; the module's own fragments
+    /// (rendezvous control, answers to an emulated get) have no cookie.
+    fn unsent(&self) -> u64 {
+        self.st
+            .peers
+            .iter()
+            .flatten()
+            .flat_map(|p| &p.pending)
+            .map(Pending::unsent)
+            .sum()
+    }
+
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
         let mut events = 0;
         if !self.st.backlog.is_empty() {

@@ -1,6 +1,7 @@
 //! Checks that need no second process: `query`, parameters, endpoint
 //! checks (own rank, other nodes, bad addresses, another job's segment),
-//! limits, removal, and fast boxes lapped with a tiny receive queue. The
+//! limits, removal, fast boxes lapped with a tiny receive queue, and the
+//! count of what waits behind a full one. The
 //! transport contract itself (sizes, order, volume, RDMA) is checked by
 //! the suite in `tests/conformance.rs`.
 
@@ -232,4 +233,51 @@ fn uneven_bursts_keep_order_lap_after_lap() {
             i as u32
         );
     }
+}
+
+/// Sends that wait behind a full receive queue count as unsent until
+/// `progress` has written them, and only until then.
+#[test]
+fn sends_behind_a_full_queue_count_as_unsent_until_written() {
+    let key = fresh_job_key();
+    let params = [(fireopal_btl_shm::PARAM_FIFO_SLOTS, ParamValue::UInt(2))];
+    let mut a = open(host(0, 2, key, &params));
+    let mut b = open(host(1, 2, key, &params));
+    let (aa, ba) = (a.address().unwrap(), b.address().unwrap());
+    a.add_peers(&[peer(1, true, &ba)]).unwrap();
+    b.add_peers(&[peer(0, true, &aa)]).unwrap();
+    assert_eq!(a.unsent(), 0);
+    let len = a.attributes().unwrap().eager_limit as usize;
+    let payload = vec![7u8; len];
+    let mut sent = 0u64;
+    let queued = loop {
+        assert!(sent < 10_000, "the receive queue never filled");
+        sent += 1;
+        if a.send(1, 2, &[], &payload, sent).unwrap() == Completion::Pending {
+            break sent;
+        }
+    };
+    assert!(a.unsent() >= len as u64, "unsent {}", a.unsent());
+    let (mut sa, mut sb) = (Recorder::default(), Recorder::default());
+    for _ in 0..10_000 {
+        if a.unsent() == 0 {
+            break;
+        }
+        b.progress(&mut sb).unwrap();
+        a.progress(&mut sa).unwrap();
+    }
+    assert_eq!(a.unsent(), 0);
+    assert!(
+        matches!(sa.sends.get(&queued).map(Vec::as_slice), Some([Ok(())])),
+        "{:?}",
+        sa.sends
+    );
+    for _ in 0..10_000 {
+        if sb.delivered.len() as u64 == sent {
+            break;
+        }
+        b.progress(&mut sb).unwrap();
+    }
+    assert_eq!(sb.delivered.len() as u64, sent);
+    assert!(sb.delivered.iter().all(|m| m.payload == payload));
 }

@@ -687,6 +687,12 @@ impl Transport for TcpModule {
         self.in_progress = false;
         done
     }
+
+    /// Every queued byte: `sendi` rests, RDMA frames and replies are
+    /// among them with no cookie.
+    fn unsent(&self) -> u64 {
+        self.peers.values().map(|p| p.queue.bytes() as u64).sum()
+    }
 }
 
 impl TcpModule {

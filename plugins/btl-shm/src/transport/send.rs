@@ -97,6 +97,21 @@ pub(super) enum Pending {
     },
 }
 
+impl Pending {
+    /// Bytes still to write into the peer's queue or to stream.
+    pub(super) fn unsent(&self) -> u64 {
+        match self {
+            Pending::Frag(frag, _) => frag.data.len() as u64,
+            Pending::Stage {
+                header, payload, ..
+            } => (header.len() + payload.len()) as u64,
+            Pending::GetStream { len, sent, .. } | Pending::PutStream { len, sent, .. } => {
+                len.saturating_sub(*sent)
+            }
+        }
+    }
+}
+
 /// A rendezvous send waiting for its completion.
 #[derive(Debug)]
 pub(super) struct RtsOut {
