@@ -558,6 +558,27 @@ impl Transport for VerbsModule {
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
         self.progress_impl(sink)
     }
+
+    /// The backlog's bytes, and one for each request posted and not yet
+    /// seen complete: destroying the queue pair at close could drop it,
+    /// and `progress` makes unsignalled ones report.
+    fn unsent(&self) -> u64 {
+        self.peers
+            .values()
+            .filter(|p| !matches!(p.conn, Conn::Failed { .. }))
+            .map(|p| {
+                let queued: u64 = p
+                    .backlog
+                    .iter()
+                    .map(|q| match q {
+                        Queued::Message { bytes, .. } => bytes.len() as u64,
+                        Queued::Rdma(w) => u64::from(w.len),
+                    })
+                    .sum();
+                queued + p.sq.outstanding() as u64
+            })
+            .sum()
+    }
 }
 
 /// What a backlog item reports when it fails before posting.

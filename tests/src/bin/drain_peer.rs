@@ -7,8 +7,9 @@
 //! drain_peer LEN
 //! ```
 //!
-//! 1. Rank 0 sends a short message and rank 1 answers it, so the
-//!    connection is up both ways.
+//! 1. Both install their handler and meet at a barrier; rank 0 sends a
+//!    short message and rank 1 answers it, so the connection is up both
+//!    ways.
 //! 2. Rank 1 enters the job's barrier, which makes no progress on the
 //!    messenger, so it reads nothing more. Rank 0 sends one message of
 //!    LEN bytes, more than both socket buffers hold: the transport's
@@ -68,6 +69,12 @@ fn run(len: usize) -> Result<(), String> {
     m.register(TAG, move |msg| sink.borrow_mut().push(msg.payload.to_vec()))
         .map_err(|e| format!("register: {e}"))?;
     let seen = |n: usize| arrived.borrow().len() >= n;
+    // A message for a tag with no handler yet is dropped: both install
+    // theirs before anything is sent.
+    rt.bootstrap()
+        .barrier()
+        .map_err(|e| format!("barrier: {e}"))?;
+    let m = rt.messenger();
 
     // 1. The connection, both ways.
     if rank == 0 {
