@@ -1,6 +1,7 @@
 //! The front door in one process: a runtime's own key-value exchange
-//! under `Messenger::init`, handlers that answer, `wait_until`, and the
-//! point-to-point layer on the `self` transport.
+//! under `Messenger::init`, handlers that answer, `wait_until`, the
+//! point-to-point layer on the `self` transport, and messages no handler
+//! was installed for.
 
 mod common;
 
@@ -197,4 +198,23 @@ fn a_message_left_on_a_freed_communicator_never_reaches_the_next() {
         .expect("the new communicator's own message");
     assert_eq!(&buf[..st.count], b"new");
     assert!(p.failed_peers().is_empty());
+}
+
+#[test]
+fn a_message_for_a_tag_with_no_handler_is_counted_not_lost_silently() {
+    let registry = self_only();
+    let (mut m, _) = messenger(&registry);
+    for _ in 0..3 {
+        m.send(0, 5, &[], b"early").expect("send to self");
+    }
+    m.wait_until(|m| m.unhandled_messages() == 3, Duration::from_secs(60))
+        .expect("the three are counted");
+    let seen = Rc::new(RefCell::new(0u32));
+    let count = Rc::clone(&seen);
+    m.register(5, move |_| *count.borrow_mut() += 1)
+        .expect("tag 5");
+    m.send(0, 5, &[], b"on time").expect("send to self");
+    m.wait_until(|_| *seen.borrow() == 1, Duration::from_secs(60))
+        .expect("the handler sees the next");
+    assert_eq!(m.unhandled_messages(), 3);
 }

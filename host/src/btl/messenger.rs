@@ -432,6 +432,7 @@ impl Messenger {
                 failures: Vec::new(),
                 reassembly: HashMap::new(),
                 lane_state: replay::LaneState::new(size as usize, replay_limit),
+                unhandled: sink::Unhandled::default(),
             },
             next_cookie: 1,
             next_send: 1,
@@ -898,6 +899,9 @@ impl Messenger {
         if !self.shared.replies.is_empty() {
             self.send_replies();
         }
+        if self.shared.unhandled.due() {
+            self.report_unhandled();
+        }
         Ok(events)
     }
 
@@ -911,6 +915,12 @@ impl Messenger {
     /// Number of sends not yet complete.
     pub fn pending_sends(&self) -> usize {
         self.shared.outstanding.len()
+    }
+
+    /// Messages dropped on arrival because no handler was installed for
+    /// their tag (each batch is also logged as a warning).
+    pub fn unhandled_messages(&self) -> u64 {
+        self.shared.unhandled.count
     }
 
     /// Bytes the modules have taken and not yet sent, among them those no

@@ -1,13 +1,14 @@
 //! The host side of a module's `progress` call: messages handed to their
 //! handlers (reassembled from fragments, put back in order on a route of
-//! several modules), completions counted against their sends, and peers
-//! the module reports failed.
+//! several modules), completions counted against their sends, peers
+//! the module reports failed, and messages no handler was there for.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use abi_stable::std_types::{RResult, RSlice};
 use fireopal_abi::btl::{BtlEventSink, Rank};
+use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::wire::am::{LaneNotice, Reassembled, Reassembly};
@@ -15,8 +16,8 @@ use fireopal_core::wire::am::{LaneNotice, Reassembled, Reassembly};
 use super::layered::Completions;
 use super::replay::{self, LaneEvent, TAG_LANE_NOTICE, TAG_REPLAYED};
 use super::{
-    lanes, mark_failed, Handler, Incoming, Outstanding, PeerFailure, Replies, Route, SendError,
-    SendId, MAX_MESSAGE, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
+    lanes, mark_failed, Handler, Incoming, Messenger, Outstanding, PeerFailure, Replies, Route,
+    SendError, SendId, MAX_MESSAGE, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
 };
 
 /// The host side of a module's `progress` call.
@@ -144,6 +145,7 @@ impl Sink<'_> {
             return;
         }
         let Some(Some(handler)) = self.shared.handlers.get_mut(usize::from(tag)) else {
+            self.shared.unhandled.note(peer, tag);
             return;
         };
         let msg = Incoming {
@@ -307,6 +309,55 @@ pub(super) struct Shared {
     pub(super) failure_epoch: u64,
     /// What the lanes of sequenced routes keep between calls.
     pub(super) lane_state: replay::LaneState,
+    /// Messages dropped for want of a handler.
+    pub(super) unhandled: Unhandled,
+}
+
+/// Messages that arrived for a tag with no handler installed: dropped,
+/// counted, and reported by the messenger after the `progress` that saw
+/// them, as UCX warns of an active message with no callback.
+#[derive(Debug, Default)]
+pub(super) struct Unhandled {
+    /// Every one so far.
+    pub(super) count: u64,
+    /// The count at which the log is told next: reports thin out as the
+    /// drops go on (1, 2, 4, ...), so that a flood does not flood the log.
+    pub(super) next_report: u64,
+    /// The sender and tag of the latest.
+    pub(super) last: Option<(Rank, u8)>,
+}
+
+impl Messenger {
+    /// Tells the log of the messages dropped for want of a handler so
+    /// far; the next report waits for twice as many.
+    #[cold]
+    pub(super) fn report_unhandled(&mut self) {
+        let u = &mut self.shared.unhandled;
+        u.next_report = u.count.saturating_mul(2);
+        let (peer, tag) = u.last.unwrap_or_default();
+        self.log.log(
+            LogLevel::Warn,
+            &format!(
+                "{} message(s) dropped: no handler installed for their tag (the latest: \
+                 tag {tag} from rank {peer}); install handlers before peers send to them",
+                u.count
+            ),
+        );
+    }
+}
+
+impl Unhandled {
+    #[cold]
+    fn note(&mut self, peer: Rank, tag: u8) {
+        self.count += 1;
+        self.last = Some((peer, tag));
+    }
+
+    /// Whether the log should hear of the drops so far.
+    #[inline]
+    pub(super) fn due(&self) -> bool {
+        self.count > 0 && self.count >= self.next_report
+    }
 }
 
 impl Shared {
@@ -327,6 +378,7 @@ impl Shared {
             replies: Replies::default(),
             failure_epoch: 0,
             lane_state: replay::LaneState::new(peers, 1 << 20),
+            unhandled: Unhandled::default(),
         }
     }
 
