@@ -16,6 +16,7 @@
 //! for ours. Frames flow only after the Verdict, so nothing is ever sent
 //! on the losing connection, and queued messages stay with the peer.
 
+use std::io;
 use std::time::Instant;
 
 use fireopal_abi::btl::Rank;
@@ -275,6 +276,12 @@ impl TcpModule {
             Ok(Recv::Data(n)) => conn.hs_have += n,
             Ok(Recv::WouldBlock) => return Step::Wait,
             Ok(Recv::Closed) => {
+                self.handshake_closed(id);
+                return Step::Closed;
+            }
+            // A close with our bytes unread resets the connection (the
+            // losing end of a simultaneous connect does this): a close.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
                 self.handshake_closed(id);
                 return Step::Closed;
             }

@@ -1,10 +1,12 @@
 //! Strangers holding handshake slots and dials cut before the handshake
 //! ends: the job's own connections always get through, and every message
-//! arrives intact.
+//! arrives intact; a connection reset during the handshake ends as a
+//! close does.
 
 mod common;
 
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use common::*;
@@ -178,4 +180,46 @@ fn a_stranger_is_told_apart_by_its_first_bytes() {
     assert!(closed_by_module(&mut procs, &mut s));
     assert!(procs[0].logged("bad magic"), "{}", procs[0].log_text());
     assert!(procs[0].logged("127.0.0.1"), "{}", procs[0].log_text());
+}
+
+/// Closes `s` with a reset rather than a FIN, as a socket closed with
+/// bytes unread is.
+fn reset(s: TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `s` is an open socket, and the option value is a `linger`
+    // of the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+    drop(s);
+}
+
+/// The losing end of a simultaneous connect closes with the acceptor's
+/// handshake bytes unread, which resets the connection: that ends like an
+/// orderly close, logged at debug level, not as a dropped stranger.
+#[test]
+fn a_reset_during_the_handshake_ends_like_a_close() {
+    let mut procs = job(JobSpec::new(2));
+    let s = TcpStream::connect(listen_addr(&procs[0].modules[0])).unwrap();
+    drive_some(&mut procs, &[0], "the connection accepted", |p| {
+        p[0].m().connection_count() == 1
+    });
+    reset(s);
+    drive_some(&mut procs, &[0], "the connection closed", |p| {
+        p[0].m().connection_count() == 0
+    });
+    let log = procs[0].log_text();
+    assert!(procs[0].logged("closed during the handshake"), "{log}");
+    assert!(!procs[0].logged("dropped connection from"), "{log}");
+    assert!(procs[0].rec.failed.is_empty(), "{:?}", procs[0].rec.failed);
 }
