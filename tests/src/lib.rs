@@ -240,6 +240,20 @@ pub struct RunOutput {
     pub timed_out: bool,
 }
 
+impl RunOutput {
+    /// Panics, showing both streams, unless the command exited with 0.
+    #[track_caller]
+    pub fn assert_success(&self) {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
 /// Runs `cmd` with a time limit. On expiry the command and every process
 /// below it get SIGTERM, then SIGKILL, and are reaped, so a hung job never
 /// outlives the test.

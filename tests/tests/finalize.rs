@@ -38,13 +38,7 @@ fn a_message_a_socket_took_in_part_is_written_before_close() {
     cmd.args(["--", env!("CARGO_BIN_EXE_drain_peer"), &LEN.to_string()]);
     let out = run_with_timeout(&mut cmd, Duration::from_secs(180));
     assert!(!out.timed_out, "job timed out:\n{}", out.stderr);
-    assert_eq!(
-        out.code,
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        out.stdout,
-        out.stderr
-    );
+    out.assert_success();
     let held = out
         .stdout
         .lines()

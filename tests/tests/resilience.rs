@@ -60,13 +60,7 @@ fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
 }
 
 fn assert_completed(out: &RunOutput, ranks: u32) {
-    assert_eq!(
-        out.code,
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        out.stdout,
-        out.stderr
-    );
+    out.assert_success();
     let messages: u32 = MESSAGES.parse().unwrap_or(0);
     let want = format!("rank 0: received {}", messages * (ranks - 1));
     assert!(out.stdout.contains(&want), "{}", out.stdout);

@@ -26,9 +26,14 @@ fn peer(rank: u32, node_local: bool, address: &[u8]) -> PeerAddress<'_> {
 }
 
 fn pair() -> (ShmTransport, ShmTransport) {
+    pair_with(&[])
+}
+
+/// Ranks 0 and 1 of one job, each reaching the other, with `params`.
+fn pair_with(params: &[(&str, ParamValue)]) -> (ShmTransport, ShmTransport) {
     let key = fresh_job_key();
-    let mut a = open(host(0, 2, key, &[]));
-    let mut b = open(host(1, 2, key, &[]));
+    let mut a = open(host(0, 2, key, params));
+    let mut b = open(host(1, 2, key, params));
     let (aa, ba) = (a.address().unwrap(), b.address().unwrap());
     let r = a.add_peers(&[peer(1, true, &ba)]).unwrap();
     assert_eq!(r, vec![Reachability::Reachable]);
@@ -187,13 +192,7 @@ fn removing_a_peer_fails_its_pending_sends_once() {
 /// once, in order (the reader never takes a stale word for a header).
 #[test]
 fn uneven_bursts_keep_order_lap_after_lap() {
-    let key = fresh_job_key();
-    let params = [(fireopal_btl_shm::PARAM_FIFO_SLOTS, ParamValue::UInt(2))];
-    let mut a = open(host(0, 2, key, &params));
-    let mut b = open(host(1, 2, key, &params));
-    let (aa, ba) = (a.address().unwrap(), b.address().unwrap());
-    a.add_peers(&[peer(1, true, &ba)]).unwrap();
-    b.add_peers(&[peer(0, true, &aa)]).unwrap();
+    let (mut a, mut b) = pair_with(&[(fireopal_btl_shm::PARAM_FIFO_SLOTS, ParamValue::UInt(2))]);
     let max = a.attributes().unwrap().max_sendi_size as usize;
     let mut sink = Recorder::default();
     let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -239,13 +238,7 @@ fn uneven_bursts_keep_order_lap_after_lap() {
 /// `progress` has written them, and only until then.
 #[test]
 fn sends_behind_a_full_queue_count_as_unsent_until_written() {
-    let key = fresh_job_key();
-    let params = [(fireopal_btl_shm::PARAM_FIFO_SLOTS, ParamValue::UInt(2))];
-    let mut a = open(host(0, 2, key, &params));
-    let mut b = open(host(1, 2, key, &params));
-    let (aa, ba) = (a.address().unwrap(), b.address().unwrap());
-    a.add_peers(&[peer(1, true, &ba)]).unwrap();
-    b.add_peers(&[peer(0, true, &aa)]).unwrap();
+    let (mut a, mut b) = pair_with(&[(fireopal_btl_shm::PARAM_FIFO_SLOTS, ParamValue::UInt(2))]);
     assert_eq!(a.unsent(), 0);
     let len = a.attributes().unwrap().eager_limit as usize;
     let payload = vec![7u8; len];
