@@ -63,10 +63,15 @@
 //! messenger.register(HELLO, move |m: &Incoming<'_>| {
 //!     count.set(count.get() + m.payload.len());
 //! })?;
+//! // A message for a tag with no handler is dropped (and counted): every
+//! // rank installs its handlers before anyone sends.
+//! boot.barrier()?;
 //!
 //! let next = (messenger.rank() + 1) % messenger.size();
 //! messenger.send(next, HELLO, &[], b"hello")?;
-//! while arrived.get() == 0 || messenger.pending_sends() > 0 {
+//! // Until our message has arrived and what we sent has left the
+//! // transports (a socket may hold part of it).
+//! while arrived.get() == 0 || !messenger.drained() {
 //!     messenger.progress()?;
 //! }
 //!
