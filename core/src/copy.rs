@@ -17,19 +17,18 @@
 //! Zen 3 takes 20). The pieces lose there too (on Zen 4, 2 KiB pieces
 //! took 2 to 2.7 times as long as one `memcpy` at 16 bytes ahead).
 //!
-//! [`copy_bytes`] copies a pair whose alignments differ with a loop of
-//! vector loads and stores aligned on the destination (x86-64; elsewhere
-//! in pieces short enough for `memcpy`'s own vector loop), except from
-//! [`WHOLE_FROM`] bytes with the destination less than 64 bytes ahead
-//! modulo 4 KiB where this processor was measured to keep `rep movsb`
-//! within three times its aligned time at that distance: that copy goes
-//! in one `memcpy`. Each distance is measured once per process, the first
-//! time a copy needs it (32 KiB copied a few times over, microseconds).
-//! On Zen 3, 2 KiB pieces took 1.1 to 1.2 times an aligned copy from
-//! 8 KiB to 512 KiB; the loop keeps within a few percent of it.
-//! Everything else goes in one `memcpy`; above [`PIECEWISE_BELOW`]
-//! `memcpy` leaves `rep movsb` for other loops by itself, and one call is
-//! faster.
+//! [`copy_bytes`] copies a pair whose alignments differ, from [`PIECE`]
+//! to [`PIECEWISE_BELOW`] bytes, with the destination less than 128 bytes
+//! ahead modulo 4 KiB, with a loop of vector loads and stores aligned on
+//! the destination (x86-64); other pairs, and every pair elsewhere, in
+//! pieces short enough for `memcpy`'s own vector loop. On Zen 3 the loop
+//! kept within a few percent of an aligned copy from 32 KiB to 512 KiB
+//! where the pieces took 1.1 to 1.2 times at 8 to 24 bytes ahead and one
+//! `memcpy` (`rep movsb`) 1.4 times at 48; further ahead, from 144 to 336
+//! bytes, the loop's loads wait behind its own stores to the same offsets
+//! modulo 4 KiB and the pieces were faster. Everything else goes in one
+//! `memcpy`; above [`PIECEWISE_BELOW`] `memcpy` leaves `rep movsb` for
+//! other loops by itself, and one call is as fast.
 
 /// Longest misaligned copy left to one `memcpy`, and the piece's length
 /// where there is no vector loop: under every `rep movsb` threshold in
@@ -41,11 +40,6 @@ pub const PIECE: usize = 2048;
 /// stops using `rep movsb` at about the size of a core's second-level
 /// cache (512 KiB on the processors above).
 pub const PIECEWISE_BELOW: usize = 512 << 10;
-
-/// Shortest copy of a misaligned pair that may go in one `memcpy`: above
-/// glibc's `rep movsb` threshold (8 KiB with 64-byte vectors), where the
-/// instruction's start-up no longer weighs.
-pub const WHOLE_FROM: usize = 16 << 10;
 
 /// Longest copy made inline, in two overlapping moves, rather than by a
 /// call to `memcpy`: for a message's header or a short payload the call
@@ -78,23 +72,21 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
         dst.copy_from_slice(src);
         return;
     }
-    let whole = src.len() >= WHOLE_FROM && ahead < 64 && near::movsb_keeps_speed(ahead);
-    copy_misaligned(dst, src, whole);
+    copy_misaligned(dst, src, ahead);
 }
 
-/// A copy whose alignments differ: in one `memcpy` when `whole`, else by
-/// the vector loop (x86-64) or in pieces of [`PIECE`] bytes.
+/// A copy whose alignments differ, the destination `ahead` bytes past the
+/// source modulo 4 KiB: by the vector loop (x86-64) when that is less than
+/// a stride, else in pieces of [`PIECE`] bytes.
 #[inline]
-fn copy_misaligned(dst: &mut [u8], src: &[u8], whole: bool) {
-    if whole {
-        dst.copy_from_slice(src);
-        return;
-    }
+fn copy_misaligned(dst: &mut [u8], src: &[u8], ahead: usize) {
     #[cfg(target_arch = "x86_64")]
-    if src.len() >= vector::STRIDE {
+    if ahead < vector::STRIDE && src.len() >= vector::STRIDE {
         vector::copy(dst, src);
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ahead;
     for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
         d.copy_from_slice(s);
     }
@@ -102,123 +94,6 @@ fn copy_misaligned(dst: &mut [u8], src: &[u8], whole: bool) {
 
 #[cfg(target_arch = "x86_64")]
 mod vector;
-
-/// Whether `rep movsb` keeps its speed for a destination a few bytes
-/// ahead of its source, measured once per distance and remembered.
-mod near {
-    /// Whether a copy whose destination lies `ahead` bytes (1 to 63) past
-    /// its source modulo 4 KiB runs with `rep movsb` in at most three
-    /// times the time of one in step.
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    pub(super) fn movsb_keeps_speed(ahead: usize) -> bool {
-        x86::keeps_speed(ahead)
-    }
-
-    /// Elsewhere nothing was measured: the pieces.
-    #[cfg(not(target_arch = "x86_64"))]
-    #[inline]
-    pub(super) fn movsb_keeps_speed(_ahead: usize) -> bool {
-        false
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unsafe_code)]
-    mod x86 {
-        use alloc::vec;
-        use core::sync::atomic::{AtomicU8, Ordering};
-
-        const UNKNOWN: u8 = 0;
-        const SLOW: u8 = 1;
-        const FAST: u8 = 2;
-
-        /// What the measurement found, per distance under 64 bytes.
-        /// Racing first uses each measure and store an answer; either will
-        /// do.
-        static ANSWERS: [AtomicU8; 64] = [const { AtomicU8::new(UNKNOWN) }; 64];
-
-        /// Bytes copied per timed run: long enough that `rep movsb`'s
-        /// start-up, itself slower for a misaligned pair, weighs little
-        /// (8 KiB at 16 bytes takes twice the aligned time, 32 KiB 1.05
-        /// times on Zen 4), and a whole number of pages, so that a
-        /// destination placed past the source keeps its distance modulo
-        /// 4 KiB.
-        const LEN: usize = 32 << 10;
-        /// Timed runs of each kind; the fastest counts, so an interrupt
-        /// in one does not decide.
-        const RUNS: usize = 12;
-
-        #[inline]
-        pub(super) fn keeps_speed(ahead: usize) -> bool {
-            let slot = &ANSWERS[ahead % 64];
-            match slot.load(Ordering::Relaxed) {
-                FAST => true,
-                SLOW => false,
-                _ => {
-                    let fast = measure(ahead % 64);
-                    slot.store(if fast { FAST } else { SLOW }, Ordering::Relaxed);
-                    fast
-                }
-            }
-        }
-
-        /// Times `rep movsb` of [`LEN`] bytes to a destination in step with
-        /// the source and to one `ahead` bytes further, alternately: the
-        /// distance keeps the speed if its best run takes at most three
-        /// times the aligned one's. Those that lose it take ten to twenty
-        /// times as long.
-        #[cold]
-        fn measure(ahead: usize) -> bool {
-            // Written, so the source is not all one shared zero page.
-            let mut buf = vec![1u8; 2 * LEN + 128];
-            let base = buf.as_mut_ptr();
-            let lead = base.align_offset(64).min(63);
-            let (mut aligned, mut placed) = (u64::MAX, u64::MAX);
-            for run in 0..RUNS + 2 {
-                // SAFETY: `lead < 64` and `ahead < 64`: the source
-                // `lead..lead + LEN` and the destinations, from `lead +
-                // LEN` to at most `lead + 2 * LEN + 63`, lie in the buffer
-                // and do not overlap.
-                let (a, b) = unsafe {
-                    let src = base.add(lead);
-                    let dst = src.add(LEN);
-                    (timed_movsb(dst, src), timed_movsb(dst.add(ahead), src))
-                };
-                // The first two runs only warm the caches.
-                if run >= 2 {
-                    aligned = aligned.min(a);
-                    placed = placed.min(b);
-                }
-            }
-            placed <= 3 * aligned
-        }
-
-        /// Time-stamp counter ticks of one `rep movsb` of [`LEN`] bytes.
-        ///
-        /// # Safety
-        ///
-        /// `src` and `dst` are valid for `LEN` bytes of reads and writes,
-        /// and do not overlap.
-        unsafe fn timed_movsb(dst: *mut u8, src: *const u8) -> u64 {
-            // SAFETY: RDTSC only reads the counter.
-            let start = unsafe { core::arch::x86_64::_rdtsc() };
-            // SAFETY: the ranges are valid and disjoint, as the caller
-            // promises; the direction flag is clear (the ABI's default).
-            unsafe {
-                core::arch::asm!(
-                    "rep movsb",
-                    inout("rcx") LEN => _,
-                    inout("rdi") dst => _,
-                    inout("rsi") src => _,
-                    options(nostack, preserves_flags)
-                );
-            }
-            // SAFETY: as above.
-            let end = unsafe { core::arch::x86_64::_rdtsc() };
-            end.wrapping_sub(start)
-        }
-    }
-}
 
 /// [`copy_bytes`] for at most [`SHORT`] bytes: the first and the last
 /// `N` bytes, for the largest `N` of 16, 8, 4 that fits, which together
@@ -288,19 +163,18 @@ mod tests {
     }
 
     #[test]
-    fn misaligned_copies_take_every_byte_whole_or_in_pieces() {
-        let len = 3 * WHOLE_FROM + 77;
+    fn misaligned_copies_take_every_byte() {
+        let len = 3 * (16 << 10) + 77;
         let src: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
         for skew in [1usize, 8, 16, 33, 63] {
-            for n in [WHOLE_FROM - 1, WHOLE_FROM, WHOLE_FROM + 1, len] {
-                for whole in [false, true] {
-                    let mut dst = vec![0xAAu8; n + 64];
-                    copy_misaligned(&mut dst[skew..skew + n], &src[..n], whole);
-                    assert_eq!(&dst[skew..skew + n], &src[..n], "{n} at {skew}");
-                    assert!(dst[..skew].iter().all(|&b| b == 0xAA));
-                    assert!(dst[skew + n..].iter().all(|&b| b == 0xAA));
-                }
-                // And as the measured answer chooses.
+            for n in [(16 << 10) - 1, 16 << 10, len] {
+                let mut dst = vec![0xAAu8; n + 64];
+                let ahead =
+                    (dst[skew..].as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
+                copy_misaligned(&mut dst[skew..skew + n], &src[..n], ahead);
+                assert_eq!(&dst[skew..skew + n], &src[..n], "{n} at {skew}");
+                assert!(dst[..skew].iter().all(|&b| b == 0xAA));
+                assert!(dst[skew + n..].iter().all(|&b| b == 0xAA));
                 let mut dst = vec![0xAAu8; n + 64];
                 copy_bytes(&mut dst[skew..skew + n], &src[..n]);
                 assert_eq!(&dst[skew..skew + n], &src[..n]);

@@ -50,72 +50,99 @@ pub(super) fn copy_sse2(dst: &mut [u8], src: &[u8]) {
     unsafe { sse2(dst.as_mut_ptr(), src.as_ptr(), src.len()) }
 }
 
-/// Moves [`STRIDE`] bytes from `$src` to `$dst` (pointers to `$ty`) with
-/// `$load` and `$store`, loading every vector before storing any.
-macro_rules! stride {
-    ($load:ident, $store:ident, $dst:expr, $src:expr, 4) => {{
-        let (s, d) = ($src, $dst);
-        let (a, b, c, e) = ($load(s), $load(s.add(1)), $load(s.add(2)), $load(s.add(3)));
-        $store(d, a);
-        $store(d.add(1), b);
-        $store(d.add(2), c);
-        $store(d.add(3), e);
+/// Loads the [`STRIDE`] bytes at `$src` (a pointer to vectors) with
+/// `$load`, as an array of vectors.
+macro_rules! load_stride {
+    ($load:ident, $src:expr, 4) => {{
+        let s = $src;
+        [$load(s), $load(s.add(1)), $load(s.add(2)), $load(s.add(3))]
     }};
-    ($load:ident, $store:ident, $dst:expr, $src:expr, 8) => {{
-        let (s, d) = ($src, $dst);
-        stride!($load, $store, d, s, 4);
-        stride!($load, $store, d.add(4), s.add(4), 4);
+    ($load:ident, $src:expr, 8) => {{
+        let s = $src;
+        [
+            $load(s),
+            $load(s.add(1)),
+            $load(s.add(2)),
+            $load(s.add(3)),
+            $load(s.add(4)),
+            $load(s.add(5)),
+            $load(s.add(6)),
+            $load(s.add(7)),
+        ]
     }};
 }
 
-/// # Safety
-///
-/// AVX2 is available; `src` and `dst` are valid for `len >= STRIDE` bytes
-/// of reads and writes and do not overlap.
-#[target_feature(enable = "avx2")]
-unsafe fn avx2(dst: *mut u8, src: *const u8, len: usize) {
-    type V = __m256i;
-    const W: usize = core::mem::size_of::<V>();
-    // SAFETY: each stride below lies within `0..len`, and the aligned
-    // stores start at a multiple of 32 bytes from the destination's first
-    // 32-byte boundary. The first and the last strides are stored unaligned
-    // and may overlap the aligned ones, which store the same bytes again;
-    // the source is never written, so the order does not matter.
-    unsafe {
-        let ptrs = |at: usize| (dst.add(at).cast::<V>(), src.add(at).cast::<V>());
-        let (d, s) = ptrs(0);
-        stride!(_mm256_loadu_si256, _mm256_storeu_si256, d, s, 4);
-        // From the destination's first 32-byte boundary on.
-        let mut at = (W - dst as usize % W) % W;
-        while at + STRIDE <= len {
-            let (d, s) = ptrs(at);
-            stride!(_mm256_loadu_si256, _mm256_store_si256, d, s, 4);
-            at += STRIDE;
+/// Stores an array of vectors at `$dst` with `$store`.
+macro_rules! store_stride {
+    ($store:ident, $dst:expr, $v:expr) => {{
+        let d = $dst;
+        for (k, v) in $v.into_iter().enumerate() {
+            $store(d.add(k), v);
         }
-        let (d, s) = ptrs(len - STRIDE);
-        stride!(_mm256_loadu_si256, _mm256_storeu_si256, d, s, 4);
-    }
+    }};
 }
 
-/// # Safety
-///
-/// `src` and `dst` are valid for `len >= STRIDE` bytes of reads and writes
-/// and do not overlap.
-unsafe fn sse2(dst: *mut u8, src: *const u8, len: usize) {
-    type V = __m128i;
-    const W: usize = core::mem::size_of::<V>();
-    // SAFETY: as in `avx2`, with 16-byte vectors and boundaries.
-    unsafe {
-        let ptrs = |at: usize| (dst.add(at).cast::<V>(), src.add(at).cast::<V>());
-        let (d, s) = ptrs(0);
-        stride!(_mm_loadu_si128, _mm_storeu_si128, d, s, 8);
-        let mut at = (W - dst as usize % W) % W;
-        while at + STRIDE <= len {
-            let (d, s) = ptrs(at);
-            stride!(_mm_loadu_si128, _mm_store_si128, d, s, 8);
-            at += STRIDE;
+/// Defines a copy loop over vectors of type `$v`: the first and the last
+/// [`STRIDE`] bytes stored unaligned, the strides between them aligned on
+/// the destination. Each stride is loaded before the one ahead of it is
+/// stored, so that no load waits behind a store to the same offset modulo
+/// 4 KiB when the destination lies up to a stride ahead of the source.
+macro_rules! copy_loop {
+    ($(#[$attr:meta])* $name:ident, $v:ty, $load:ident, $store_u:ident, $store_a:ident, $n:tt) => {
+        $(#[$attr])*
+        unsafe fn $name(dst: *mut u8, src: *const u8, len: usize) {
+            const W: usize = core::mem::size_of::<$v>();
+            // SAFETY: each stride below lies within `0..len`, and the
+            // aligned stores start at a multiple of `W` bytes from the
+            // destination's first `W`-byte boundary. The first and the
+            // last strides are stored unaligned and may overlap the
+            // aligned ones, which store the same bytes again; the source
+            // is never written, so the order does not matter.
+            unsafe {
+                let d = |at: usize| dst.add(at).cast::<$v>();
+                let s = |at: usize| src.add(at).cast::<$v>();
+                store_stride!($store_u, d(0), load_stride!($load, s(0), $n));
+                let mut at = (W - dst as usize % W) % W;
+                if at + STRIDE <= len {
+                    let mut held = load_stride!($load, s(at), $n);
+                    while at + 2 * STRIDE <= len {
+                        let next = load_stride!($load, s(at + STRIDE), $n);
+                        store_stride!($store_a, d(at), held);
+                        held = next;
+                        at += STRIDE;
+                    }
+                    store_stride!($store_a, d(at), held);
+                }
+                let last = len - STRIDE;
+                store_stride!($store_u, d(last), load_stride!($load, s(last), $n));
+            }
         }
-        let (d, s) = ptrs(len - STRIDE);
-        stride!(_mm_loadu_si128, _mm_storeu_si128, d, s, 8);
-    }
+    };
 }
+
+copy_loop!(
+    /// # Safety
+    ///
+    /// AVX2 is available; `src` and `dst` are valid for `len >= STRIDE`
+    /// bytes of reads and writes and do not overlap.
+    #[target_feature(enable = "avx2")]
+    avx2,
+    __m256i,
+    _mm256_loadu_si256,
+    _mm256_storeu_si256,
+    _mm256_store_si256,
+    4
+);
+
+copy_loop!(
+    /// # Safety
+    ///
+    /// `src` and `dst` are valid for `len >= STRIDE` bytes of reads and
+    /// writes and do not overlap.
+    sse2,
+    __m128i,
+    _mm_loadu_si128,
+    _mm_storeu_si128,
+    _mm_store_si128,
+    8
+);
