@@ -31,27 +31,23 @@ pub(super) const STRIDE: usize = 128;
 /// If the lengths differ or are shorter than [`STRIDE`].
 #[inline]
 pub(super) fn copy(dst: &mut [u8], src: &[u8]) {
-    if crate::cpu::has_avx2() {
-        copy_avx2(dst, src);
+    copy_with(dst, src, true);
+}
+
+/// [`copy`] with 32-byte vectors when `avx2` and the processor has them,
+/// else with 16-byte ones.
+#[inline]
+pub(super) fn copy_with(dst: &mut [u8], src: &[u8], avx2: bool) {
+    assert!(dst.len() == src.len() && src.len() >= STRIDE);
+    let (d, s, len) = (dst.as_mut_ptr(), src.as_ptr(), src.len());
+    if avx2 && crate::cpu::has_avx2() {
+        // SAFETY: AVX2 is there (checked above); both slices hold `len >=
+        // STRIDE` bytes, and a `&mut` and a `&` slice never overlap.
+        unsafe { self::avx2(d, s, len) }
     } else {
-        copy_sse2(dst, src);
+        // SAFETY: SSE2 is part of x86-64; the lengths as above.
+        unsafe { sse2(d, s, len) }
     }
-}
-
-/// [`copy`] with 32-byte vectors.
-pub(super) fn copy_avx2(dst: &mut [u8], src: &[u8]) {
-    assert!(dst.len() == src.len() && src.len() >= STRIDE);
-    assert!(crate::cpu::has_avx2(), "copy_avx2 without AVX2");
-    // SAFETY: AVX2 is there (checked above); both slices hold `len >=
-    // STRIDE` bytes, and a `&mut` and a `&` slice never overlap.
-    unsafe { avx2(dst.as_mut_ptr(), src.as_ptr(), src.len()) }
-}
-
-/// [`copy`] with 16-byte vectors.
-pub(super) fn copy_sse2(dst: &mut [u8], src: &[u8]) {
-    assert!(dst.len() == src.len() && src.len() >= STRIDE);
-    // SAFETY: SSE2 is part of x86-64; the lengths as in `copy_avx2`.
-    unsafe { sse2(dst.as_mut_ptr(), src.as_ptr(), src.len()) }
 }
 
 /// Loads the [`STRIDE`] bytes at `$src` (a pointer to vectors) with
