@@ -59,12 +59,20 @@ pub const SHORT: usize = 32;
 /// fireopal_core::copy::copy_bytes(&mut dst[16..], &src);
 /// assert_eq!(&dst[16..], &src[..]);
 /// ```
-#[inline]
+#[inline(always)]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
     if src.len() <= SHORT {
         return copy_short(dst, src);
     }
+    copy_long(dst, src);
+}
+
+/// [`copy_bytes`] above [`SHORT`] bytes: out of line, so that a short
+/// copy, the commonest on a message's path, costs no call and no saved
+/// registers.
+#[inline(never)]
+fn copy_long(dst: &mut [u8], src: &[u8]) {
     // How far the destination lies ahead of the source modulo a page;
     // modulo a line, how far apart their alignments are.
     let ahead = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 4096;

@@ -38,6 +38,7 @@ impl<'a> Frag<'a> {
     }
 
     /// Writes the parts back to back at `off`; false if out of bounds.
+    #[inline]
     fn write_parts(&self, view: &View<'_>, mut off: usize) -> bool {
         for part in self.parts {
             if !part.is_empty() {
