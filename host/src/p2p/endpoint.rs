@@ -366,16 +366,19 @@ impl P2p {
             Some(h) => (RndvProtocol::Get, ptr as u64, h.remote_key().to_vec()),
             None => (RndvProtocol::Pipeline, 0, Vec::new()),
         };
-        let id = self.proto.borrow_mut().new_req(ReqState::Send(Outgoing {
-            peer,
-            registration,
-            ptr,
-            len,
-            owned: None,
-            putting: false,
-            sending: 0,
-            send_failure: None,
-        }));
+        let id = self
+            .proto
+            .borrow_mut()
+            .new_req(ReqState::Send(Box::new(Outgoing {
+                peer,
+                registration,
+                ptr,
+                len,
+                owned: None,
+                putting: false,
+                sending: 0,
+                send_failure: None,
+            })));
         let rts = Rts {
             envelope,
             protocol,
@@ -514,8 +517,6 @@ impl P2p {
                     target,
                     post,
                     rndv: None,
-                    status: None,
-                    sent: 0,
                 },
                 done: None,
                 detached: false,

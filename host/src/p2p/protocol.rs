@@ -63,7 +63,10 @@ pub(crate) struct RecvTarget {
 pub(crate) struct Rendezvous {
     pub(crate) peer: Rank,
     pub(crate) sender_request: u64,
+    /// The message's length at the sender.
     pub(crate) length: u64,
+    /// The receive's status: the envelope, and `take` as its count.
+    pub(crate) status: Status,
     /// Bytes of the message that land in the buffer.
     pub(crate) take: usize,
     /// Pipelined bytes received so far (counting what did not fit).
@@ -76,6 +79,21 @@ pub(crate) struct Rendezvous {
     /// Where the data is at the sender, and the key to read it.
     pub(crate) address: u64,
     pub(crate) key: Vec<u8>,
+}
+
+impl Rendezvous {
+    /// The receive's result once the data has moved: truncated when the
+    /// sender sent more than the buffer took.
+    pub(crate) fn result(&self) -> Result<Status, P2pError> {
+        if (self.status.count as u64) < self.length {
+            Err(P2pError::Truncated {
+                status: self.status,
+                sent: self.length,
+            })
+        } else {
+            Ok(self.status)
+        }
+    }
 }
 
 /// A split rendezvous at the receiver: the sender writes the tail while
@@ -116,17 +134,15 @@ impl Outgoing {
     }
 }
 
+// Small enough that a request moves without a call to `memcpy`: the
+// rendezvous and the waiting send are boxed.
 pub(crate) enum ReqState {
     Recv {
         target: RecvTarget,
         post: Option<PostId>,
         rndv: Option<Box<Rendezvous>>,
-        /// The envelope once matched.
-        status: Option<Status>,
-        /// The sender's length once matched.
-        sent: u64,
     },
-    Send(Outgoing),
+    Send(Box<Outgoing>),
 }
 
 pub(crate) struct Req {
@@ -477,8 +493,6 @@ impl Protocol {
         let ReqState::Recv {
             target,
             rndv: Some(r),
-            status,
-            sent,
             ..
         } = &mut req.state
         else {
@@ -500,7 +514,7 @@ impl Protocol {
         }
         r.received += payload.len() as u64;
         if r.received == r.length {
-            let result = finish_status(*status, *sent);
+            let result = r.result();
             self.complete(id, result);
         }
     }
@@ -570,14 +584,7 @@ impl Completer<'_> {
         let Some(req) = self.reqs.get_mut(&id) else {
             return;
         };
-        let ReqState::Recv {
-            target,
-            post,
-            rndv,
-            status,
-            sent,
-        } = &mut req.state
-        else {
+        let ReqState::Recv { target, post, rndv } = &mut req.state else {
             return;
         };
         *post = None;
@@ -595,16 +602,15 @@ impl Completer<'_> {
                 let take = usize::try_from(length)
                     .unwrap_or(usize::MAX)
                     .min(target.cap);
-                *status = Some(Status {
-                    source: env.source,
-                    tag: env.tag,
-                    count: take,
-                });
-                *sent = length;
-                *rndv = Some(Box::new(Rendezvous {
+                let r = rndv.insert(Box::new(Rendezvous {
                     peer,
                     sender_request,
                     length,
+                    status: Status {
+                        source: env.source,
+                        tag: env.tag,
+                        count: take,
+                    },
                     take,
                     received: 0,
                     reading: false,
@@ -620,7 +626,7 @@ impl Completer<'_> {
                         sender_request,
                         status: FinStatus::Done,
                     });
-                    let result = finish_status(*status, length);
+                    let result = r.result();
                     self.complete(id, result);
                     return;
                 }
@@ -737,17 +743,6 @@ unsafe fn bytes_at<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
     } else {
         // SAFETY: as the caller promises.
         unsafe { std::slice::from_raw_parts(ptr, len) }
-    }
-}
-
-/// The result of a rendezvous receive: truncated when the sender sent
-/// more than the buffer took.
-pub(crate) fn finish_status(status: Option<Status>, sent: u64) -> Result<Status, P2pError> {
-    let status = status.unwrap_or_default();
-    if (status.count as u64) < sent {
-        Err(P2pError::Truncated { status, sent })
-    } else {
-        Ok(status)
     }
 }
 

@@ -9,7 +9,7 @@ use fireopal_abi::btl::{Access, BtlFlags, MemRegion, Rank};
 use fireopal_core::wire::p2p::{Cancel, Cts, Data, FinStatus};
 
 use super::endpoint::{LayerOp, P2p, TAG_P2P};
-use super::protocol::{fin_header, finish_status, ReqId, ReqState};
+use super::protocol::{fin_header, ReqId, ReqState};
 use super::{P2pError, Status};
 use crate::btl::{Class, SendTicket};
 
@@ -153,13 +153,7 @@ impl P2p {
         let Some(req) = proto.reqs.get_mut(&id) else {
             return;
         };
-        let ReqState::Recv {
-            rndv: Some(r),
-            status,
-            sent,
-            ..
-        } = &mut req.state
-        else {
+        let ReqState::Recv { rndv: Some(r), .. } = &mut req.state else {
             return;
         };
         let (peer, sender_request) = (r.peer, r.sender_request);
@@ -170,7 +164,7 @@ impl P2p {
             registrations.extend(split.registration.take());
             split.written
         });
-        let (status, sent) = (*status, *sent);
+        let finished = r.result();
         let result = match (result, written) {
             (Ok(()), None | Some(Some(FinStatus::Done))) => Ok(()),
             (Ok(()), Some(Some(FinStatus::GivenUp))) => Err(P2pError::SendGivenUp { peer }),
@@ -182,7 +176,7 @@ impl P2p {
             (Err(e), _) => Err(e),
         };
         let (fin, outcome) = match result {
-            Ok(()) => (FinStatus::Done, finish_status(status, sent)),
+            Ok(()) => (FinStatus::Done, finished),
             Err(P2pError::PeerFailed { peer, failure }) => (
                 FinStatus::Failed,
                 Err(P2pError::PeerFailed { peer, failure }),

@@ -202,8 +202,6 @@ mod tests {
                 },
                 post: None,
                 rndv: None,
-                status: None,
-                sent: 0,
             },
             done: None,
             detached: false,
