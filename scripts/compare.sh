@@ -7,7 +7,7 @@
 #
 #   scripts/compare.sh [--bench pingpong|p2p|put|get|shmem-put|shmem-get|shmem-atomic]
 #                      [--btl shm|tcp] [--peers openmpi,mpich,oshmem|none]
-#                      [--rounds N] [--quick]
+#                      [--rounds N] [--quick] [--sizes N[,N]...]
 #                      [--json FILE] [--out DIR] [--no-build] [--no-limits]
 #                      [-- fireopal bench args...]
 #
@@ -21,7 +21,7 @@ usage() {
     sed -n '8,13p' "$0" | sed 's/^# \{0,3\}//'
 }
 
-bench=pingpong btl=shm peers=auto rounds=3 quick=0 json="" build=1 out="" limits=1
+bench=pingpong btl=shm peers=auto rounds=3 quick=0 sizes="" json="" build=1 out="" limits=1
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -30,6 +30,7 @@ while [ $# -gt 0 ]; do
         --peers) peers=${2?--peers needs a value}; shift 2 ;;
         --rounds) rounds=${2:?--rounds needs a value}; shift 2 ;;
         --quick) quick=1; shift ;;
+        --sizes) sizes=${2:?--sizes needs a value}; shift 2 ;;
         --json) json=${2:?--json needs a file}; shift 2 ;;
         --out) out=${2:?--out needs a directory}; shift 2 ;;
         --no-build) build=0; shift ;;
@@ -47,6 +48,7 @@ two_sided=0 shmem=0
 case "$bench" in pingpong|p2p) two_sided=1 ;; shmem-*) shmem=1 ;; esac
 case "$btl" in shm|tcp) ;; *) echo "compare.sh: --btl is shm or tcp, not $btl" >&2; exit 2 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) echo "compare.sh: --rounds takes a whole number from 1, not $rounds" >&2; exit 2 ;; esac
+case "$sizes" in *[!0-9,]*|,*|*,,*) echo "compare.sh: --sizes takes byte counts separated by commas, not $sizes" >&2; exit 2 ;; esac
 
 # Peers by default: every MPI installed that runs this pattern here.
 if [ "$peers" = none ]; then
@@ -105,6 +107,10 @@ if [ "$quick" = 1 ]; then
     [ "$two_sided" = 1 ] || { echo "compare.sh: --quick is for pingpong and p2p only" >&2; exit 2; }
     mpi_args+=(--quick)
 fi
+if [ -n "$sizes" ]; then
+    [ "$two_sided" = 1 ] || { echo "compare.sh: --sizes is for pingpong and p2p only" >&2; exit 2; }
+    mpi_args+=(--sizes "$sizes")
+fi
 for p in "${peer_list[@]}"; do
     if [ "$p" = oshmem ]; then
         oshcc -O2 -o "$out/shmem_oshmem" scripts/shmem/shmem_lat.c 2>"$out/build-$p.log" ||
@@ -129,6 +135,7 @@ done
     echo "btl=$btl"
     echo "rounds=$rounds"
     echo "quick=$quick"
+    echo "sizes=$sizes"
     echo "peers=$peers"
     echo "extra=${extra[*]:-}"
 } >"$out/machine.txt"
@@ -146,6 +153,7 @@ run_one() {
         fireopal)
             local args=("$bench" --btl "$btl" --json)
             [ "$quick" = 1 ] && args+=(--quick)
+            [ -n "$sizes" ] && args+=(--sizes "$sizes")
             # On loopback too, as the peers are: one tcp module, where every
             # interface would otherwise be a lane of its own.
             local pin=()

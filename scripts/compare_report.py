@@ -162,6 +162,7 @@ def main():
         f"{cpu}, {machine.get('cores', '?')} cores, "
         f"{machine.get('kernel', '?')}, {machine.get('date', '?')}, "
         f"load {machine.get('load', '?')}, {len(runs['fireopal'])} rounds alternating"
+        + (f", sizes {machine['sizes']}" if machine.get("sizes") else "")
         + (f", fireopal args: {machine['extra']}" if machine.get("extra") else "")
     )
     if limits:

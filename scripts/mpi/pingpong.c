@@ -6,7 +6,9 @@
  *               from the receiver, which has its 64 MPI_Irecv posted.
  * Iteration counts and sizes are the fireopal bench's, so the two run the
  * same number of operations at every size; `--quick` cuts them as the
- * bench's `--quick` does.
+ * bench's `--quick` does, and `--sizes N[,N]...` measures those sizes
+ * (bytes, at most 4 MiB) instead of the default ones, as the bench's
+ * `--sizes` does.
  *
  *   mpicc.openmpi -O2 -o /tmp/mpi_pingpong scripts/mpi/pingpong.c
  *   mpirun.openmpi --bind-to core -np 2 --mca btl self,vader /tmp/mpi_pingpong
@@ -23,9 +25,29 @@
 #define TAG_PING 1
 #define TAG_ACK 2
 
-static const int sizes[] = {0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20};
+#define MAX_SIZES 32
+
+static int sizes[MAX_SIZES] = {0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20};
+static int nsizes = 8;
 
 static int quick;
+
+/* Reads `--sizes`' comma-separated list; 0 if it is malformed. */
+static int parse_sizes(const char *list) {
+    int n = 0;
+    const char *p = list;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > LARGEST || n == MAX_SIZES) return 0;
+        sizes[n++] = (int)v;
+        if (*end == ',') end++;
+        else if (*end) return 0;
+        p = end;
+    }
+    nsizes = n;
+    return n > 0;
+}
 
 /* `--quick` cuts the counts as the fireopal bench's `--quick` does. */
 static int iters_at(int n) {
@@ -84,7 +106,16 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[a], "--sizes") == 0 && a + 1 < argc && parse_sizes(argv[a + 1])) {
+            a++;
+        } else {
+            if (rank == 0) fprintf(stderr, "usage: pingpong [--quick] [--sizes N[,N]...]\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
     if (size != 2) {
         if (rank == 0) fprintf(stderr, "run with 2 ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -95,7 +126,7 @@ int main(int argc, char **argv) {
         printf("# MPI pingpong: rank 0 <-> rank 1\n");
         printf("%10s %14s %16s\n", "size", "latency (us)", "bandwidth (MB/s)");
     }
-    for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    for (int s = 0; s < nsizes; s++) {
         int n = sizes[s];
         double lat = latency_us(rank, buf, n);
         double bw = bandwidth_mbs(rank, buf, n);

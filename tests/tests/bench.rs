@@ -405,3 +405,62 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
     assert_eq!(doc.matches("\"runs\"").count(), 8 * 2 * 2, "{doc}");
     assert_eq!(doc.matches("\"ratio\"").count(), 8, "{doc}");
 }
+
+/// `--sizes` measures the same sizes on both sides, in place of the
+/// default ones, and the machine line says which.
+#[test]
+fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
+    let needed = ["mpicc.mpich", "mpiexec.hydra", "python3", "cc"];
+    if let Some(missing) = needed.iter().find(|n| !on_path(n)) {
+        assert!(
+            std::env::var("REQUIRE_MPICH_TESTS").as_deref() != Ok("1"),
+            "{missing} not found and REQUIRE_MPICH_TESTS=1 (install Debian's mpich libmpich-dev)"
+        );
+        eprintln!("skipped: {missing} not found (install Debian's mpich libmpich-dev)");
+        return;
+    }
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = fireopal_tests::TempDir::new("compare-sizes").unwrap_or_else(|e| panic!("{e}"));
+    let raw = tmp.path().join("raw");
+    let mut cmd = Command::new("bash");
+    cmd.arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
+        .args(["--bench", "p2p", "--btl", "shm", "--rounds", "1", "--quick"])
+        .args(["--peers", "mpich", "--no-limits", "--sizes", "16384,32768"])
+        .arg("--out")
+        .arg(&raw)
+        .env("FIREOPAL", &host);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(600));
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(!out.timed_out, "compare.sh timed out\n{report}");
+    assert_eq!(out.code, Some(0), "compare.sh\n{report}");
+    assert!(
+        out.stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("sizes 16384,32768")),
+        "machine line\n{report}"
+    );
+    let (all, _) = out
+        .stdout
+        .split_once(FASTER)
+        .unwrap_or((out.stdout.as_str(), ""));
+    let labels: Vec<&str> = table_rows(all)
+        .iter()
+        .map(|r| r.trim_matches('|').split('|').next().unwrap_or("").trim())
+        .collect();
+    assert_eq!(
+        labels,
+        ["16 KiB", "32 KiB", "16 KiB", "32 KiB"],
+        "latency and bandwidth rows\n{report}"
+    );
+    let mpi = std::fs::read_to_string(raw.join("round-1-mpich.txt"))
+        .unwrap_or_else(|e| panic!("{e}\n{report}"));
+    assert_eq!(sizes(&mpi), ["16 KiB", "32 KiB"], "{mpi}");
+    let bad = Command::new("bash")
+        .arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
+        .args(["--bench", "p2p", "--sizes", "16k"])
+        .env("FIREOPAL", &host)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(bad.status.code(), Some(2), "a malformed list is refused");
+}
