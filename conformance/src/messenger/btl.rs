@@ -18,7 +18,7 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 mod registration;
 
 const STALL: Duration = Duration::from_secs(60);
-const SIZES: [usize; 14] = [
+const SIZES: [usize; 16] = [
     0,
     1,
     8,
@@ -27,6 +27,8 @@ const SIZES: [usize; 14] = [
     1000,
     4096,
     8192,
+    32_768,
+    32_769,
     65_535,
     65_536,
     300_000,

@@ -44,9 +44,9 @@ pub const DEFAULT_SEED: u64 = 0x0F1E_0BA1_2024;
 /// The tag of the suite's barrier, on its own communicator.
 const TAG_BARRIER: i32 = 0;
 
-/// Message sizes of the all-pairs case: around the shared-memory (8 KiB)
+/// Message sizes of the all-pairs case: around the shared-memory (32 KiB)
 /// and tcp (64 KiB) eager limits, and well above them.
-const SIZES: [usize; 9] = [0, 1, 8, 4096, 8192, 8193, 65_536, 65_537, 1 << 20];
+const SIZES: [usize; 10] = [0, 1, 8, 4096, 8192, 32_768, 32_769, 65_536, 65_537, 1 << 20];
 /// Bytes after each receive's expected count that must stay untouched.
 const GUARD: usize = 16;
 const GUARD_BYTE: u8 = 0xEE;

@@ -15,7 +15,7 @@ use fireopal_abi::btl::{Completion, SendiOutcome, Transport};
 use fireopal_conformance::pattern::{fill, matches, seed};
 use fireopal_conformance::Recorder;
 
-const SIZES: [usize; 18] = [
+const SIZES: [usize; 21] = [
     0,
     1,
     7,
@@ -30,6 +30,9 @@ const SIZES: [usize; 18] = [
     8191,
     8192,
     8193,
+    32767,
+    32768,
+    32769,
     65536,
     300_000,
     1 << 20,
