@@ -336,18 +336,27 @@ fn compare_report_sets_apart_the_rounds_of_the_hosts_slow_state() {
     );
 }
 
+/// Whether what `scripts/compare.sh` needs with MPICH as the peer is
+/// installed; if not, says so (and fails where `REQUIRE_MPICH_TESTS=1`).
+fn compare_tools_found() -> bool {
+    let needed = ["mpicc.mpich", "mpiexec.hydra", "python3", "cc"];
+    let Some(missing) = needed.iter().find(|n| !on_path(n)) else {
+        return true;
+    };
+    assert!(
+        std::env::var("REQUIRE_MPICH_TESTS").as_deref() != Ok("1"),
+        "{missing} not found and REQUIRE_MPICH_TESTS=1 (install Debian's mpich libmpich-dev)"
+    );
+    eprintln!("skipped: {missing} not found (install Debian's mpich libmpich-dev)");
+    false
+}
+
 /// `scripts/compare.sh` runs fireopal and an MPI peer for every round,
 /// keeps each run's output, and reports every size with a ratio, as table
 /// and as JSON.
 #[test]
 fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
-    let needed = ["mpicc.mpich", "mpiexec.hydra", "python3", "cc"];
-    if let Some(missing) = needed.iter().find(|n| !on_path(n)) {
-        assert!(
-            std::env::var("REQUIRE_MPICH_TESTS").as_deref() != Ok("1"),
-            "{missing} not found and REQUIRE_MPICH_TESTS=1 (install Debian's mpich libmpich-dev)"
-        );
-        eprintln!("skipped: {missing} not found (install Debian's mpich libmpich-dev)");
+    if !compare_tools_found() {
         return;
     }
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
@@ -410,13 +419,7 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
 /// default ones, and the machine line says which.
 #[test]
 fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
-    let needed = ["mpicc.mpich", "mpiexec.hydra", "python3", "cc"];
-    if let Some(missing) = needed.iter().find(|n| !on_path(n)) {
-        assert!(
-            std::env::var("REQUIRE_MPICH_TESTS").as_deref() != Ok("1"),
-            "{missing} not found and REQUIRE_MPICH_TESTS=1 (install Debian's mpich libmpich-dev)"
-        );
-        eprintln!("skipped: {missing} not found (install Debian's mpich libmpich-dev)");
+    if !compare_tools_found() {
         return;
     }
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
