@@ -192,10 +192,11 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             // Two copies through a queue slot beat a rendezvous up to
-            // here: a 16 or 32 KiB message takes less than half the time
-            // of the handshake and the process_vm_readv a rendezvous
-            // needs; at 64 KiB the rendezvous is ahead again. Each
-            // process's queue is `fifo_slots` slots of this size (4 MiB).
+            // here: on Zen 3, 16 and 32 KiB messages took less than half
+            // the time of the handshake and the process_vm_readv (32 KiB
+            // the same time when lines move slowly between cores); at
+            // 64 KiB the rendezvous is ahead. Each process's queue is
+            // `fifo_slots` slots of this size (4 MiB).
             eager_limit: 32 << 10,
             fbox_size: 0,
             fbox_max: 2048,
