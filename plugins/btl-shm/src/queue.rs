@@ -240,14 +240,6 @@ impl FboxReader {
         self.hand_back(view, self.pressed);
     }
 
-    /// Whether a poll has nothing to do here: no entry at the reader's
-    /// position, and fewer consumed lines than
-    /// [`publish_idle`](Self::publish_idle) hands back.
-    #[inline]
-    pub(crate) fn idle(&self, view: &View<'_>) -> bool {
-        self.read - self.published < self.batch && !self.pending(view)
-    }
-
     /// Hands consumed lines back to the writer once a batch of them
     /// waits: for a poll that found nothing to do, so that a process
     /// waiting for its next message does it, not one that has a message
@@ -501,17 +493,12 @@ mod tests {
                 seq += 1;
             }
         };
-        assert!(reader.idle(&view), "nothing written, nothing taken");
         // A batch taken on the path stays with the reader...
         write(&mut writer, 20);
-        assert!(!reader.idle(&view), "entries wait");
         assert_eq!(take(&mut reader, &view, 20, ctl), 0);
-        // ...and keeps a poll that finds no entry from being idle, until
-        // that poll hands it back.
-        assert!(!reader.pending(&view) && !reader.idle(&view));
+        // ...until a poll that found nothing hands it back.
         reader.publish_idle(&view);
         assert_eq!(view.word(ctl).map(|w| w.load(Ordering::Acquire)), Some(20));
-        assert!(reader.idle(&view));
         // A reader that is never idle hands back at twice the batch.
         write(&mut writer, 40);
         assert_eq!(take(&mut reader, &view, 31, ctl), 20);

@@ -650,42 +650,6 @@ impl Transport for ShmTransport {
     }
 
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
-        if self.quiet() {
-            self.st.liveness_tick = self.st.liveness_tick.wrapping_add(1);
-            return Ok(0);
-        }
-        self.progress_busy(sink)
-    }
-}
-
-impl ShmTransport {
-    /// Whether this poll has nothing to do: nothing arrived or waits in
-    /// the stash, nothing is queued to write or to report, no fast box
-    /// has lines to hand back, and the liveness check is not due. A
-    /// process waiting for a message polls this often; checked apart, it
-    /// is a few loads instead of the whole poll.
-    #[inline]
-    fn quiet(&self) -> bool {
-        let st = &self.st;
-        if st.stashed != 0
-            || !st.backlog.is_empty()
-            || !st.events.is_empty()
-            || st.liveness_tick.wrapping_add(1) % LIVENESS_PERIOD == 0
-        {
-            return false;
-        }
-        let view = self.own.seg.map.view();
-        st.active.iter().all(|&p| {
-            st.peers
-                .get(p as usize)
-                .and_then(Option::as_ref)
-                .is_none_or(|peer| peer.fbox_rx.idle(&view))
-        }) && !self.own.fifo.pending(&view, &self.own.layout)
-    }
-
-    /// [`Transport::progress`] when [`quiet`](Self::quiet) is not.
-    #[inline(never)]
-    fn progress_busy(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
         let mut events = 0;
         if !self.st.backlog.is_empty() {
             self.st.flush();
