@@ -48,7 +48,7 @@ two_sided=0 shmem=0
 case "$bench" in pingpong|p2p) two_sided=1 ;; shmem-*) shmem=1 ;; esac
 case "$btl" in shm|tcp) ;; *) echo "compare.sh: --btl is shm or tcp, not $btl" >&2; exit 2 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) echo "compare.sh: --rounds takes a whole number from 1, not $rounds" >&2; exit 2 ;; esac
-case "$sizes" in *[!0-9,]*|,*|*,,*) echo "compare.sh: --sizes takes byte counts separated by commas, not $sizes" >&2; exit 2 ;; esac
+case "$sizes" in *[!0-9,]*|,*|*,|*,,*) echo "compare.sh: --sizes takes byte counts separated by commas, not $sizes" >&2; exit 2 ;; esac
 
 # Peers by default: every MPI installed that runs this pattern here.
 if [ "$peers" = none ]; then

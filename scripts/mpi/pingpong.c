@@ -41,7 +41,7 @@ static int parse_sizes(const char *list) {
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > LARGEST || n == MAX_SIZES) return 0;
         sizes[n++] = (int)v;
-        if (*end == ',') end++;
+        if (*end == ',' && end[1]) end++;
         else if (*end) return 0;
         p = end;
     }
