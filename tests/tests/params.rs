@@ -201,3 +201,36 @@ fn info_in_a_job_names_the_interfaces_tcp_listens_on() {
         assert!(line.contains("listens on lo 127.0.0.1"), "{line}");
     }
 }
+
+#[test]
+fn shm_refuses_a_read_threshold_under_its_eager_limit_by_name() {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let host = host.to_str().expect("a UTF-8 path");
+    let out = fireopal(
+        &[],
+        &[
+            "run",
+            "-n",
+            "2",
+            "--param",
+            "btl_shm_min_rdma_pipeline_size=4096",
+            "--",
+            host,
+            "bench",
+            "p2p",
+            "--btl",
+            "shm",
+            "--quick",
+            "--sizes",
+            "8",
+        ],
+    );
+    assert_ne!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(
+            "btl_shm_min_rdma_pipeline_size = 4096: must be at least btl_shm_eager_limit (32768)"
+        ),
+        "{}",
+        out.stderr
+    );
+}

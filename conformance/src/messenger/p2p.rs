@@ -30,6 +30,7 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 mod communicators;
 mod death;
 mod given_up;
+mod protocols;
 pub mod random;
 mod registration;
 
@@ -45,8 +46,22 @@ pub const DEFAULT_SEED: u64 = 0x0F1E_0BA1_2024;
 const TAG_BARRIER: i32 = 0;
 
 /// Message sizes of the all-pairs case: around the shared-memory (32 KiB)
-/// and tcp (64 KiB) eager limits, and well above them.
-const SIZES: [usize; 10] = [0, 1, 8, 4096, 8192, 32_768, 32_769, 65_536, 65_537, 1 << 20];
+/// and tcp (64 KiB) eager limits, around the size from which shm's
+/// receiver reads a rendezvous (128 KiB), and well above them.
+const SIZES: [usize; 12] = [
+    0,
+    1,
+    8,
+    4096,
+    8192,
+    32_768,
+    32_769,
+    65_536,
+    65_537,
+    131_071,
+    131_072,
+    1 << 20,
+];
 /// Bytes after each receive's expected count that must stay untouched.
 const GUARD: usize = 16;
 const GUARD_BYTE: u8 = 0xEE;
@@ -83,7 +98,7 @@ pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (`peer-death` leaves the job one
 /// rank short, so it is last).
-pub const CASES: [(&str, Case); 13] = [
+pub const CASES: [(&str, Case); 14] = [
     ("eager-and-rendezvous", case_eager_and_rendezvous),
     ("wildcards", case_wildcards),
     ("ordering", case_ordering),
@@ -94,6 +109,7 @@ pub const CASES: [(&str, Case); 13] = [
     ("communicators", communicators::case_communicators),
     ("random", random::case_random),
     ("reregistration", registration::case_reregistration),
+    ("rendezvous-by-size", protocols::case_rendezvous_by_size),
     ("given-up-send", given_up::case_given_up_send),
     ("given-up-recv", given_up::case_given_up_recv),
     ("peer-death", death::case_peer_death),
@@ -202,7 +218,7 @@ pub(crate) fn pattern(key: u64, len: usize) -> Vec<u8> {
 }
 
 /// A receive buffer for `len` bytes with a guard after them.
-fn guarded(len: usize) -> Vec<u8> {
+pub(crate) fn guarded(len: usize) -> Vec<u8> {
     vec![GUARD_BYTE; len + GUARD]
 }
 
@@ -225,7 +241,7 @@ pub(crate) fn check_status(
 
 /// Checks that `buf` starts with `want` and that the guard after it (if
 /// any) is untouched.
-fn check_bytes(what: &dyn Display, buf: &[u8], want: &[u8]) -> Result<(), String> {
+pub(crate) fn check_bytes(what: &dyn Display, buf: &[u8], want: &[u8]) -> Result<(), String> {
     let Some(head) = buf.get(..want.len()) else {
         return Err(format!(
             "{what}: buffer of {} bytes, expected {}",

@@ -121,12 +121,12 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
         ParamSpec::new(
             "p2p_pipeline_fragment",
             ParamValue::Size(0),
-            "fragment size of pipelined rendezvous data (routes without get, or p2p_rendezvous=pipeline); 0 takes the transport's largest send",
+            "fragment size of pipelined rendezvous data (routes without get, messages under the route's min_rdma_pipeline_size, or p2p_rendezvous=pipeline); 0 takes the route's eager limit for a message under its min_rdma_pipeline_size, else its largest send",
         ),
         ParamSpec::new(
             "p2p_rendezvous",
             ParamValue::Str("get".into()),
-            "how a rendezvous moves its data: get (the receiver reads it where the route offers get, else the pipeline) or pipeline (the sender sends it once the receiver is ready)",
+            "how a rendezvous moves its data: get (the receiver reads it where the route offers get and the message is at least the route's min_rdma_pipeline_size, else the pipeline) or pipeline (the sender sends it once the receiver is ready)",
         ),
         ParamSpec::new(
             "p2p_rget_reads",

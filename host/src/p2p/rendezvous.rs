@@ -5,7 +5,7 @@
 
 #![allow(unsafe_code)]
 
-use fireopal_abi::btl::{Access, BtlFlags, MemRegion, Rank};
+use fireopal_abi::btl::{Access, BtlAttributes, BtlFlags, MemRegion, Rank};
 use fireopal_core::wire::p2p::{Cancel, Cts, Data, FinStatus};
 
 use super::endpoint::{LayerOp, P2p, TAG_P2P};
@@ -230,6 +230,11 @@ impl P2p {
             self.config.pipeline_fragment,
             self.messenger.attributes(peer),
         ) {
+            // A route that reads larger messages sends this one as eager
+            // fragments (on shm, queue slots: each copied out while the
+            // next is copied in); its `send` of more may be a rendezvous
+            // of its own.
+            (0, Some(a)) if reads_larger(&a, len as u64) => a.eager_limit.min(a.max_send_size),
             (0, Some(a)) => a.max_send_size.saturating_sub(Data::LEN as u64),
             (f, _) => f,
         }
@@ -331,4 +336,10 @@ impl P2p {
             let _ = self.messenger.deregister_memory(h);
         }
     }
+}
+
+/// Whether a route reads rendezvous messages larger than `len` (RGET)
+/// and sends this one through the pipeline only for its size.
+fn reads_larger(attrs: &BtlAttributes, len: u64) -> bool {
+    attrs.flags.contains(BtlFlags::GET) && len < attrs.min_rdma_pipeline_size
 }
