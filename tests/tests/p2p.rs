@@ -241,6 +241,19 @@ fn the_pipeline_rendezvous_by_parameter_over_tcp_and_shm() {
     .passes();
 }
 
+/// shm sends a rendezvous under its `min_rdma_pipeline_size` in
+/// fragments of its eager limit through the queue; with the threshold
+/// above every size of the suite, each rendezvous goes that way,
+/// including those of a peer that dies and of a send given up.
+#[test]
+fn every_shm_rendezvous_in_eager_fragments_by_the_read_threshold() {
+    Job {
+        params: &["btl_shm_min_rdma_pipeline_size=4194304"],
+        ..Job::new("self,shm", 3)
+    }
+    .passes();
+}
+
 /// Over tcp, whose peer serves reads over the stream its sends take, a
 /// receiver reads one rendezvous from a peer at a time and asks the
 /// sender to send the others (`p2p_rget_reads=1`, the default); with no

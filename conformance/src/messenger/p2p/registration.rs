@@ -29,11 +29,12 @@ pub(super) fn case_reregistration(c: &mut Ctx) -> Result<Outcome, String> {
             "the route to the next rank sends 1 MiB eagerly".into(),
         ));
     }
-    // Only a rendezvous read with get registers the sender's memory.
+    // Only a rendezvous read with get registers the sender's memory, and
+    // a route reads only from its `min_rdma_pipeline_size` up.
     let gets =
-        c.rt.messenger()
-            .attributes(next)
-            .is_some_and(|a| a.flags.contains(BtlFlags::GET));
+        c.rt.messenger().attributes(next).is_some_and(|a| {
+            a.flags.contains(BtlFlags::GET) && LEN as u64 >= a.min_rdma_pipeline_size
+        });
     let pipeline = c.rt.registry().params().str_value("p2p_rendezvous") == Some("pipeline");
     if !gets || pipeline {
         c.barrier()?;
