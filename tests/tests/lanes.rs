@@ -58,7 +58,7 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
     for rank in 0..4 {
         assert!(
             out.stdout
-                .contains(&format!("rank {rank}: 13 passed, 0 failed")),
+                .contains(&format!("rank {rank}: 14 passed, 0 failed")),
             "rank {rank}\n{report}"
         );
     }
