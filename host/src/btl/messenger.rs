@@ -678,6 +678,7 @@ impl Messenger {
 
     /// `sendi` on module `i`: `Ok(true)` when the whole message left,
     /// `Ok(false)` when nothing did (too large for `sendi`, or Busy).
+    #[inline]
     fn sendi_on(
         &mut self,
         i: usize,

@@ -334,8 +334,16 @@ impl P2p {
                     credits: owed,
                 }
                 .encode();
-                return match self.messenger.send_layer(peer, TAG_P2P, &header, data) {
-                    Ok(_) => Ok(Started::Done),
+                let sent = match self.messenger.sendi_layer(peer, TAG_P2P, &header, data) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => self
+                        .messenger
+                        .send_layer(peer, TAG_P2P, &header, data)
+                        .map(|_| ()),
+                    Err(e) => Err(e),
+                };
+                return match sent {
+                    Ok(()) => Ok(Started::Done),
                     Err(e) => {
                         self.proto.borrow_mut().owe_again(peer, owed);
                         self.unsend(context, peer, seq);

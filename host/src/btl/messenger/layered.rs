@@ -100,6 +100,33 @@ impl Messenger {
         self.send_message(peer, tag, header, payload, Class::Layer)
     }
 
+    /// Sends a layer's message with `sendi` alone, on a route of one
+    /// module: `Ok(true)` when it left whole. `Ok(false)` when nothing
+    /// was sent (a route of several lanes, a message larger than `sendi`
+    /// takes, a module Busy): [`send_layer`](Self::send_layer) sends it
+    /// then. The commonest small message crosses one function to the
+    /// module, not the general send's three.
+    #[inline]
+    pub(crate) fn sendi_layer(
+        &mut self,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<bool, SendError> {
+        let route = self.live_route(peer)?;
+        let single = match route.sequenced {
+            false => route.modules.first().copied(),
+            true => None,
+        };
+        match single {
+            Some(i) if header.len() <= self.slots[i].attrs.max_header_size as usize => {
+                self.sendi_on(i, peer, tag, header, payload)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Sends a layer's message whose payload the transport reads where it
     /// is, after this returns, where the peer's module sends in place;
     /// otherwise (a route of several lanes, which keep copies to resend,
