@@ -25,6 +25,15 @@ fn fireopal(env: &[(&str, &str)], args: &[&str]) -> RunOutput {
     out
 }
 
+/// `fireopal run -n 2 --param <param> -- fireopal <command>`.
+fn in_a_job_of_two(param: &str, command: &[&str]) -> RunOutput {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let host = host.to_str().expect("a UTF-8 path");
+    let mut args = vec!["run", "-n", "2", "--param", param, "--", host];
+    args.extend_from_slice(command);
+    fireopal(&[], &args)
+}
+
 /// The error every tool gives for `value` set as `FIREOPAL_SYMMETRIC_SIZE`.
 fn env_error(value: &str) -> String {
     format!(
@@ -175,21 +184,7 @@ fn a_value_that_makes_a_component_unavailable_is_reported_once_at_the_start() {
 
 #[test]
 fn info_in_a_job_names_the_interfaces_tcp_listens_on() {
-    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
-    let host = host.to_str().expect("a UTF-8 path");
-    let out = fireopal(
-        &[],
-        &[
-            "run",
-            "-n",
-            "2",
-            "--param",
-            "btl_tcp_if_include=lo",
-            "--",
-            host,
-            "info",
-        ],
-    );
+    let out = in_a_job_of_two("btl_tcp_if_include=lo", &["info"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let tcp: Vec<&str> = out
         .stdout
@@ -204,26 +199,9 @@ fn info_in_a_job_names_the_interfaces_tcp_listens_on() {
 
 #[test]
 fn shm_refuses_a_read_threshold_under_its_eager_limit_by_name() {
-    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
-    let host = host.to_str().expect("a UTF-8 path");
-    let out = fireopal(
-        &[],
-        &[
-            "run",
-            "-n",
-            "2",
-            "--param",
-            "btl_shm_min_rdma_pipeline_size=4096",
-            "--",
-            host,
-            "bench",
-            "p2p",
-            "--btl",
-            "shm",
-            "--quick",
-            "--sizes",
-            "8",
-        ],
+    let out = in_a_job_of_two(
+        "btl_shm_min_rdma_pipeline_size=4096",
+        &["bench", "p2p", "--btl", "shm", "--quick", "--sizes", "8"],
     );
     assert_ne!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
     assert!(

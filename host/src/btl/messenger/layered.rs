@@ -100,12 +100,11 @@ impl Messenger {
         self.send_message(peer, tag, header, payload, Class::Layer)
     }
 
-    /// Sends a layer's message with `sendi` alone, on a route of one
-    /// module: `Ok(true)` when it left whole. `Ok(false)` when nothing
-    /// was sent (a route of several lanes, a message larger than `sendi`
-    /// takes, a module Busy): [`send_layer`](Self::send_layer) sends it
-    /// then. The commonest small message crosses one function to the
-    /// module, not the general send's three.
+    /// Sends a layer's message with `sendi` alone: `Ok(true)` when it left
+    /// whole, `Ok(false)` when nothing was sent (a message larger than
+    /// `sendi` takes, a module Busy), and [`send_layer`](Self::send_layer)
+    /// sends it then. The commonest small message crosses one function to
+    /// the module, not the general send's three.
     #[inline]
     pub(crate) fn sendi_layer(
         &mut self,
@@ -114,17 +113,8 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<bool, SendError> {
-        let route = self.live_route(peer)?;
-        let single = match route.sequenced {
-            false => route.modules.first().copied(),
-            true => None,
-        };
-        match single {
-            Some(i) if header.len() <= self.slots[i].attrs.max_header_size as usize => {
-                self.sendi_on(i, peer, tag, header, payload)
-            }
-            _ => Ok(false),
-        }
+        let i = self.module_for(peer)?;
+        self.sendi_routed(i, peer, tag, header, payload)
     }
 
     /// Sends a layer's message whose payload the transport reads where it

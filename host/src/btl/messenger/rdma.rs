@@ -23,6 +23,20 @@ impl Messenger {
         payload: &[u8],
     ) -> Result<bool, SendError> {
         let i = self.user_route(peer, tag)?;
+        self.sendi_routed(i, peer, tag, header, payload)
+    }
+
+    /// `sendi` alone to `peer`: on module `i`, the first of its route, or
+    /// on its lanes when the route is sequenced.
+    #[inline]
+    pub(super) fn sendi_routed(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<bool, SendError> {
         if self.shared.routes[peer as usize].sequenced {
             return Ok(self
                 .send_sequenced(peer, tag, header, payload, None)?
