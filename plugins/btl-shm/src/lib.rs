@@ -44,8 +44,8 @@
 //!   and publishes the answer in its segment); otherwise it is staged. A
 //!   receiver that cannot read an in-place payload after all answers so,
 //!   and the sender stages it then.
-//! - `min_rdma_pipeline_size` (`btl_shm_min_rdma_pipeline_size`, 128
-//!   KiB) tells a point-to-point layer from which size the receiver is to
+//! - `min_rdma_pipeline_size` (`btl_shm_min_rdma_pipeline_size`: 128
+//!   KiB, or the eager limit if larger) tells a point-to-point layer from which size the receiver is to
 //!   read a message with `get`; below it, fragments of the eager limit
 //!   through the queue are faster.
 //! - Memory files of the host (the symmetric heap's memfd) join the
@@ -184,7 +184,9 @@ pub struct Config {
     pub max_send: u64,
     /// Smallest rendezvous message the receiver reads with `get`
     /// (reported as `min_rdma_pipeline_size`); a point-to-point layer
-    /// sends smaller ones as eager-sized fragments through the queue.
+    /// sends smaller ones as eager-sized fragments through the queue. 0:
+    /// [`Config::RDMA_MIN`], or the eager limit when that is larger
+    /// ([`Config::rdma_min`]).
     pub rdma_min: u64,
     /// Bytes of each staging segment.
     pub staging_chunk: usize,
@@ -212,14 +214,7 @@ impl Default for Config {
             fbox_max: 2048,
             fifo_slots: 128,
             max_send: 1 << 30,
-            // Above the eager limit and below this, fragments through the
-            // queue (two copies, pipelined: the receiver copies one out
-            // while the sender copies the next in) beat the receiver's
-            // process_vm_readv after a handshake. On Zen 3, 64 KiB took
-            // 6.2-8.0 against 10.5-11.4 us and 128 KiB 9.5-11 against
-            // 14-16; from 128 KiB two messages sent both ways at once
-            // fill the queues and lose, and from 1 MiB one way loses too.
-            rdma_min: 128 << 10,
+            rdma_min: 0,
             staging_chunk: 16 << 20,
             staging_limit: 256 << 20,
             single_copy: SingleCopy::Auto,
@@ -230,6 +225,25 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Smallest rendezvous message the receiver reads when
+    /// `btl_shm_min_rdma_pipeline_size` is 0 and the eager limit is less.
+    // Above the eager limit and under this, fragments through the queue
+    // (two copies, pipelined: the receiver copies one out while the
+    // sender copies the next in) beat the receiver's process_vm_readv
+    // after a handshake: on Zen 3, 64 KiB took 5.4-6.0 against 9.5-11.5
+    // us. From 128 KiB, messages sent both ways at once fill the queues
+    // and lose; at 4 MiB one way loses too.
+    pub const RDMA_MIN: u64 = 128 << 10;
+
+    /// Smallest rendezvous message the receiver reads: the parameter,
+    /// else [`RDMA_MIN`](Self::RDMA_MIN) or the eager limit, the larger.
+    pub fn rdma_min(&self) -> u64 {
+        match self.rdma_min {
+            0 => Self::RDMA_MIN.max(self.eager_limit as u64),
+            n => n,
+        }
+    }
+
     /// Fast boxes of a process take at most this much when sized
     /// automatically.
     pub const FBOX_BUDGET: usize = 1 << 20;
@@ -339,7 +353,7 @@ impl Config {
                 "{PARAM_MAX_SEND} must be at least {PARAM_EAGER_LIMIT}"
             )));
         }
-        if cfg.rdma_min < cfg.eager_limit as u64 {
+        if cfg.rdma_min != 0 && cfg.rdma_min < cfg.eager_limit as u64 {
             return Err(PluginError::invalid(format!(
                 "{PARAM_RDMA_MIN} = {}: must be at least {PARAM_EAGER_LIMIT} ({})",
                 cfg.rdma_min, cfg.eager_limit
@@ -390,7 +404,7 @@ impl BtlComponentImpl for ShmComponent {
             (
                 PARAM_RDMA_MIN,
                 ParamValue::Size(d.rdma_min),
-                "smallest rendezvous message the receiver reads from the sender's memory; the point-to-point layer sends smaller ones as fragments of the eager limit through the receive queue",
+                "smallest rendezvous message the receiver reads from the sender's memory (0: 128 KiB, or the eager limit if larger); the point-to-point layer sends smaller ones as fragments of the eager limit through the receive queue",
             ),
             (
                 PARAM_STAGING_CHUNK,
@@ -490,7 +504,7 @@ fn attributes(cfg: &Config) -> BtlAttributes {
         max_header_size: u32::from(u8::MAX),
         rdma_pipeline_send_length: cfg.eager_limit as u64,
         rdma_pipeline_frag_size: u64::MAX,
-        min_rdma_pipeline_size: cfg.rdma_min,
+        min_rdma_pipeline_size: cfg.rdma_min(),
         exclusivity: exclusivity::SHARED_MEMORY,
         latency_ns: 150,
         bandwidth_mbps: 20_000,
@@ -509,7 +523,7 @@ fireopal_abi::export_btl_component!(ShmComponent);
 
 #[cfg(test)]
 mod tests {
-    use super::Config;
+    use super::{attributes, Config};
 
     #[test]
     fn fast_boxes_are_sized_by_the_node_unless_set() {
@@ -527,5 +541,26 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(set.fbox_bytes(2), 4096);
+    }
+
+    #[test]
+    fn the_read_threshold_is_the_parameter_else_at_least_the_eager_limit() {
+        let d = Config::default();
+        assert_eq!(d.rdma_min(), Config::RDMA_MIN);
+        let large_eager = Config {
+            eager_limit: 256 << 10,
+            ..Config::default()
+        };
+        assert_eq!(
+            large_eager.rdma_min(),
+            256 << 10,
+            "never under the eager limit"
+        );
+        let set = Config {
+            rdma_min: 64 << 10,
+            ..Config::default()
+        };
+        assert_eq!(set.rdma_min(), 64 << 10);
+        assert_eq!(attributes(&set).min_rdma_pipeline_size, 64 << 10);
     }
 }
