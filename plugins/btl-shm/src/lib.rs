@@ -45,9 +45,9 @@
 //!   receiver that cannot read an in-place payload after all answers so,
 //!   and the sender stages it then.
 //! - `min_rdma_pipeline_size` (`btl_shm_min_rdma_pipeline_size`: 128
-//!   KiB, or the eager limit if larger) tells a point-to-point layer from which size the receiver is to
-//!   read a message with `get`; below it, fragments of the eager limit
-//!   through the queue are faster.
+//!   KiB, or the eager limit if larger) tells a point-to-point layer from
+//!   which size the receiver is to read a message with `get`; below it,
+//!   fragments of the eager limit through the queue are faster.
 //! - Memory files of the host (the symmetric heap's memfd) join the
 //!   transfer buffers through [`ShmTransport::register_segment`]: payloads
 //!   and registrations inside them take the same mapped path. The file
