@@ -390,7 +390,7 @@ fn run(
         bytes: &buf,
         path: Path::Copy,
         eager,
-        label: "ordinary memory, copied by send",
+        label: "ordinary memory, copied by send".into(),
     };
     let single_copy = BtlFlags::SEND_IN_PLACE | BtlFlags::TRANSFER_BUFFERS;
     let from = match from {
@@ -407,12 +407,12 @@ fn run(
             m.write_transfer_buffer(&tb, 0, &buf)
                 .map_err(|e| e.to_string())?;
             source.path = Path::Transfer(tb);
-            source.label = "a transfer buffer, sent in place";
+            source.label = "a transfer buffer, sent in place".into();
         }
         From::Auto | From::Buffer | From::Copy => {}
         From::User => {
             source.path = Path::InPlace;
-            source.label = "ordinary memory, sent in place";
+            source.label = "ordinary memory, sent in place".into();
         }
         From::Heap => {
             let bytes = (largest as u64 + (1 << 20)).next_multiple_of(1 << 20);
@@ -423,7 +423,7 @@ fn run(
             );
             source.bytes = heap_object(&heap, &buf)?;
             source.path = Path::InPlace;
-            source.label = "a symmetric-heap object, sent in place";
+            source.label = "a symmetric-heap object, sent in place".into();
         }
         From::Registered => {
             if !flags.contains(BtlFlags::GET) {
@@ -434,7 +434,16 @@ fn run(
                 .into());
             }
             source.path = Path::Tagged(Tagged::new(p.world(), peer, largest));
-            source.label = "tagged messages, read by the receiver with get (rendezvous)";
+            let read = "tagged messages, read by the receiver with get (rendezvous)";
+            // A route may read only from a size above its eager limit
+            // (shm): the point-to-point layer pipelines the ones under it.
+            source.label = match attrs.map_or(0, |a| a.min_rdma_pipeline_size) {
+                min if min > eager.saturating_add(1) => format!(
+                    "{read} from {}, pipelined under it",
+                    human_size(usize::try_from(min).unwrap_or(usize::MAX))
+                ),
+                _ => read.into(),
+            };
         }
     }
     // A message for a tag the peer has not registered yet would be
@@ -472,9 +481,9 @@ fn run(
     if rank == 0 {
         let module = format!("{}[{}]", route.component, route.index);
         if json {
-            println!("{}", to_json(&rows, &module, size, from_text).render());
+            println!("{}", to_json(&rows, &module, size, &from_text).render());
         } else {
-            print!("{}", to_table(&rows, &module, size, from_text));
+            print!("{}", to_table(&rows, &module, size, &from_text));
         }
     }
     boot.finalize().map_err(|e| e.to_string())?;
@@ -582,7 +591,7 @@ struct Source<'a> {
     path: Path,
     eager: u64,
     /// What the report says about large messages.
-    label: &'static str,
+    label: String,
 }
 
 impl Source<'_> {
