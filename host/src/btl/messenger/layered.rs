@@ -100,11 +100,14 @@ impl Messenger {
         self.send_message(peer, tag, header, payload, Class::Layer)
     }
 
-    /// Sends a layer's message with `sendi` alone: `Ok(true)` when it left
-    /// whole, `Ok(false)` when nothing was sent (a message larger than
-    /// `sendi` takes, a module Busy), and [`send_layer`](Self::send_layer)
-    /// sends it then. The commonest small message crosses one function to
-    /// the module, not the general send's three.
+    /// Sends a layer's message with `sendi` alone: on the module of a
+    /// route of one, or on the lanes of a sequenced route. `Ok(true)` when
+    /// it left whole, `Ok(false)` when nothing was sent (a message larger
+    /// than `sendi` takes, a module Busy), and
+    /// [`send_layer`](Self::send_layer) sends it then. The commonest small
+    /// message crosses one function to the module, not the general send's
+    /// three. [`try_send_immediate`](Self::try_send_immediate) is this for
+    /// the user's tags.
     #[inline]
     pub(crate) fn sendi_layer(
         &mut self,
@@ -113,8 +116,17 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<bool, SendError> {
-        let i = self.module_for(peer)?;
-        self.sendi_routed(i, peer, tag, header, payload)
+        let route = self.live_route(peer)?;
+        if route.sequenced {
+            return Ok(self
+                .send_sequenced(peer, tag, header, payload, None)?
+                .is_some());
+        }
+        let i = *route
+            .modules
+            .first()
+            .ok_or_else(|| SendError::Unreachable(peer))?;
+        self.sendi_on(i, peer, tag, header, payload)
     }
 
     /// Sends a layer's message whose payload the transport reads where it

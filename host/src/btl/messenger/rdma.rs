@@ -9,7 +9,10 @@ use fireopal_core::wire::am::{decode_lane_keys, DirectoryEntry};
 use std::rc::Rc;
 
 use super::lanes::stripe;
-use super::{complete_part, Class, MemoryHandle, Messenger, SendError, SendId, SendTicket};
+use super::{
+    complete_part, Class, MemoryHandle, Messenger, SendError, SendId, SendTicket,
+    FIRST_RESERVED_TAG,
+};
 
 impl Messenger {
     /// Sends only if the module can do it immediately and completely
@@ -22,27 +25,10 @@ impl Messenger {
         header: &[u8],
         payload: &[u8],
     ) -> Result<bool, SendError> {
-        let i = self.user_route(peer, tag)?;
-        self.sendi_routed(i, peer, tag, header, payload)
-    }
-
-    /// `sendi` alone to `peer`: on module `i`, the first of its route, or
-    /// on its lanes when the route is sequenced.
-    #[inline]
-    pub(super) fn sendi_routed(
-        &mut self,
-        i: usize,
-        peer: Rank,
-        tag: u8,
-        header: &[u8],
-        payload: &[u8],
-    ) -> Result<bool, SendError> {
-        if self.shared.routes[peer as usize].sequenced {
-            return Ok(self
-                .send_sequenced(peer, tag, header, payload, None)?
-                .is_some());
+        if tag >= FIRST_RESERVED_TAG {
+            return Err(SendError::ReservedTag(tag));
         }
-        self.sendi_on(i, peer, tag, header, payload)
+        self.sendi_layer(peer, tag, header, payload)
     }
 
     /// Writes `local` into `peer`'s memory at `remote_addr`, inside the
