@@ -10,7 +10,7 @@ use std::fmt;
 use std::rc::Rc;
 use std::time::Duration;
 
-use fireopal_abi::btl::{Access, BtlFlags, MemRegion, Rank};
+use fireopal_abi::btl::{Access, MemRegion, Rank};
 use fireopal_core::group::Group;
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::p2p::{ContextId, Posted, RecvSpec, Source, Tag};
@@ -21,6 +21,7 @@ use super::protocol::{
     credit_header, fin_header, Action, Arrived, Outgoing, Protocol, RecvTarget, Req, ReqId,
     ReqState,
 };
+use super::rendezvous::route_reads;
 use super::{Communicator, P2pError, Status};
 use crate::btl::{Messenger, SendError, SendId, StallWatch};
 use crate::param::ParamStore;
@@ -357,9 +358,7 @@ impl P2p {
         // pipeline.
         let attrs = self.messenger.attributes(peer);
         let mut registration = None;
-        let rget = attrs.is_some_and(|a| {
-            a.flags.contains(BtlFlags::GET) && len as u64 >= a.min_rdma_pipeline_size
-        });
+        let rget = attrs.is_some_and(|a| route_reads(&a, len as u64));
         if len > 0 && self.config.rget && rget {
             // SAFETY: the caller keeps the bytes alive until the request
             // completes, which is after the receiver's FIN (or a failure),

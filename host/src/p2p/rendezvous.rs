@@ -234,7 +234,9 @@ impl P2p {
             // fragments (on shm, queue slots: each copied out while the
             // next is copied in); its `send` of more may be a rendezvous
             // of its own.
-            (0, Some(a)) if reads_larger(&a, len as u64) => a.eager_limit.min(a.max_send_size),
+            (0, Some(a)) if a.flags.contains(BtlFlags::GET) && !route_reads(&a, len as u64) => {
+                a.eager_limit.min(a.max_send_size)
+            }
             (0, Some(a)) => a.max_send_size.saturating_sub(Data::LEN as u64),
             (f, _) => f,
         }
@@ -338,8 +340,9 @@ impl P2p {
     }
 }
 
-/// Whether a route reads rendezvous messages larger than `len` (RGET)
-/// and sends this one through the pipeline only for its size.
-fn reads_larger(attrs: &BtlAttributes, len: u64) -> bool {
-    attrs.flags.contains(BtlFlags::GET) && len < attrs.min_rdma_pipeline_size
+/// Whether a route reads a rendezvous of `len` bytes with `get` (RGET):
+/// it offers `get` and the message is at least its
+/// `min_rdma_pipeline_size`.
+pub(super) fn route_reads(attrs: &BtlAttributes, len: u64) -> bool {
+    attrs.flags.contains(BtlFlags::GET) && len >= attrs.min_rdma_pipeline_size
 }
