@@ -351,6 +351,15 @@ fn compare_tools_found() -> bool {
     false
 }
 
+/// `bash scripts/compare.sh` with the built host as its fireopal.
+fn compare_sh() -> Command {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = Command::new("bash");
+    cmd.arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
+        .env("FIREOPAL", host);
+    cmd
+}
+
 /// `scripts/compare.sh` runs fireopal and an MPI peer for every round,
 /// keeps each run's output, and reports every size with a ratio, as table
 /// and as JSON.
@@ -359,20 +368,17 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
     if !compare_tools_found() {
         return;
     }
-    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     let tmp = fireopal_tests::TempDir::new("compare").unwrap_or_else(|e| panic!("{e}"));
     let (raw, json) = (tmp.path().join("raw"), tmp.path().join("figures.json"));
-    let mut cmd = Command::new("bash");
-    cmd.arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
-        .args([
-            "--btl", "shm", "--rounds", "2", "--quick", "--peers", "mpich",
-        ])
-        .arg("--no-limits")
-        .arg("--out")
-        .arg(&raw)
-        .arg("--json")
-        .arg(&json)
-        .env("FIREOPAL", &host);
+    let mut cmd = compare_sh();
+    cmd.args([
+        "--btl", "shm", "--rounds", "2", "--quick", "--peers", "mpich",
+    ])
+    .arg("--no-limits")
+    .arg("--out")
+    .arg(&raw)
+    .arg("--json")
+    .arg(&json);
     let out = run_with_timeout(&mut cmd, Duration::from_secs(600));
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(!out.timed_out, "compare.sh timed out\n{report}");
@@ -422,16 +428,13 @@ fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
     if !compare_tools_found() {
         return;
     }
-    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
     let tmp = fireopal_tests::TempDir::new("compare-sizes").unwrap_or_else(|e| panic!("{e}"));
     let raw = tmp.path().join("raw");
-    let mut cmd = Command::new("bash");
-    cmd.arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
-        .args(["--bench", "p2p", "--btl", "shm", "--rounds", "1", "--quick"])
+    let mut cmd = compare_sh();
+    cmd.args(["--bench", "p2p", "--btl", "shm", "--rounds", "1", "--quick"])
         .args(["--peers", "mpich", "--no-limits", "--sizes", "16384,32768"])
         .arg("--out")
-        .arg(&raw)
-        .env("FIREOPAL", &host);
+        .arg(&raw);
     let out = run_with_timeout(&mut cmd, Duration::from_secs(600));
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(!out.timed_out, "compare.sh timed out\n{report}");
@@ -459,10 +462,8 @@ fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
     let mpi = std::fs::read_to_string(raw.join("round-1-mpich.txt"))
         .unwrap_or_else(|e| panic!("{e}\n{report}"));
     assert_eq!(sizes(&mpi), ["16 KiB", "32 KiB"], "{mpi}");
-    let bad = Command::new("bash")
-        .arg(fireopal_tests::workspace_root().join("scripts/compare.sh"))
+    let bad = compare_sh()
         .args(["--bench", "p2p", "--sizes", "16k"])
-        .env("FIREOPAL", &host)
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(bad.status.code(), Some(2), "a malformed list is refused");
