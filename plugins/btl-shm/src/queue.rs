@@ -157,6 +157,9 @@ pub(crate) struct FboxReader {
     lines: u64,
     max_entry: usize,
     read: u64,
+    /// Offset of the line at the reader's position, kept with `read`: the
+    /// polling loop loads its first word and computes nothing.
+    head: usize,
     published: u64,
     /// Lines consumed before a poll that found nothing tells the writer.
     batch: u64,
@@ -177,12 +180,14 @@ impl FboxReader {
         let most = lines.saturating_sub(2 * entry_lines) + 1;
         let batch = (lines / 4).min(most).max(1);
         let pressed = (2 * batch).min(most).max(batch);
+        let ring = layout.fbox_ring(local)?;
         Some(Self {
-            ring: layout.fbox_ring(local)?,
+            ring,
             ctl: layout.fbox_ctl(local)?,
             lines,
             max_entry,
             read: 0,
+            head: ring,
             published: 0,
             batch,
             pressed,
@@ -193,8 +198,7 @@ impl FboxReader {
     /// polling loop (the word is zero until the writer stores a header).
     #[inline]
     pub(crate) fn pending(&self, view: &View<'_>) -> bool {
-        let off = self.read & (self.lines - 1);
-        view.word(self.ring + off as usize * LINE)
+        view.word(self.head)
             .is_some_and(|w| w.load(Ordering::Relaxed) != 0)
     }
 
@@ -202,7 +206,7 @@ impl FboxReader {
     #[inline]
     pub(crate) fn peek<'m>(&self, view: &View<'m>) -> Result<FboxItem<'m>, Malformed> {
         let off = self.read & (self.lines - 1);
-        let at = self.ring + off as usize * LINE;
+        let at = self.head;
         let word = view
             .word(at)
             .ok_or(Malformed::OutOfRange("fast-box position"))?
@@ -227,6 +231,7 @@ impl FboxReader {
     pub(crate) fn consume(&mut self, lines: Option<u64>) {
         let off = self.read & (self.lines - 1);
         self.read += lines.unwrap_or(self.lines - off);
+        self.head = self.ring + (self.read & (self.lines - 1)) as usize * LINE;
     }
 
     /// Called after every `consume`, so that the reader never gets a ring
@@ -368,25 +373,30 @@ pub(crate) enum FifoItem<'m> {
 #[derive(Debug)]
 pub(crate) struct FifoReader {
     head: u64,
+    /// Offset of the head slot, kept with `head`.
+    slot: usize,
 }
 
 impl FifoReader {
-    pub(crate) fn new() -> Self {
-        Self { head: 0 }
+    pub(crate) fn new(layout: &Layout) -> Self {
+        Self {
+            head: 0,
+            slot: layout.fifo_slot(0),
+        }
     }
 
     /// Whether the head slot changed since the reader freed it (a
     /// fragment, or a broken slot): one load, for the polling loop.
     #[inline]
-    pub(crate) fn pending(&self, view: &View<'_>, layout: &Layout) -> bool {
-        view.word(layout.fifo_slot(self.head))
+    pub(crate) fn pending(&self, view: &View<'_>) -> bool {
+        view.word(self.slot)
             .is_none_or(|w| w.load(Ordering::Relaxed) != self.head)
     }
 
     /// The fragment at the head, checked.
     #[inline]
     pub(crate) fn peek<'m>(&self, view: &View<'m>, layout: &Layout) -> FifoItem<'m> {
-        let slot = layout.fifo_slot(self.head);
+        let slot = self.slot;
         let Some(seq) = view.word(slot).map(|w| w.load(Ordering::Acquire)) else {
             return FifoItem::BrokenSlot;
         };
@@ -417,10 +427,11 @@ impl FifoReader {
     #[inline]
     pub(crate) fn release(&mut self, view: &View<'_>, layout: &Layout) {
         let slots = u64::from(layout.params().fifo_slots);
-        if let Some(w) = view.word(layout.fifo_slot(self.head)) {
+        if let Some(w) = view.word(self.slot) {
             w.store(self.head.wrapping_add(slots), Ordering::Release);
         }
         self.head = self.head.wrapping_add(1);
+        self.slot = layout.fifo_slot(self.head);
     }
 }
 

@@ -9,9 +9,13 @@
 //! [`progress`](Transport::progress) reports. Here are its construction,
 //! its statistics and the [`Transport`] methods. Most of those hand the
 //! call to the part that does the work; `sendi` (the fast path: one
-//! fragment now, or `Busy`), `register_mem` and `progress` (write what
-//! waits, receive, write again, now and then check that peers live,
-//! report the events) are written out here. The parts:
+//! fragment now, or `Busy`), `register_mem` and `progress` are written
+//! out here. `progress` first looks at one word per peer and at the
+//! receive queue's head: when nothing arrived and nothing waits, it only
+//! hands consumed fast-box lines back and returns, so that a process
+//! polling for a message goes round its loop quickly; otherwise it writes
+//! what waits, receives, writes again, now and then checks that peers
+//! live, and reports the events. The parts:
 //!
 //! - [`send`]: writing fragments into a peer's fast box or receive queue,
 //!   the work queued for a peer whose queues are full, staging and
@@ -286,7 +290,7 @@ impl ShmTransport {
             own: Own {
                 seg,
                 layout,
-                fifo: FifoReader::new(),
+                fifo: FifoReader::new(&layout),
             },
             st: State {
                 host,
@@ -377,6 +381,32 @@ impl ShmTransport {
 impl State {
     fn log(&self, level: LogLevel, msg: &str) {
         self.host.log(level, msg);
+    }
+
+    /// Counts a `progress` call; every [`LIVENESS_PERIOD`] calls, checks
+    /// that the peers waited for live (or, when none is, looks at the
+    /// clock for [`IDLE_LIVENESS`]).
+    #[inline]
+    pub(super) fn tick_liveness(&mut self) {
+        self.liveness_tick = self.liveness_tick.wrapping_add(1);
+        if self.liveness_tick % LIVENESS_PERIOD == 0 {
+            self.liveness_due();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn liveness_due(&mut self) {
+        let waiting = !self.backlog.is_empty() || !self.rts.is_empty() || !self.rdma.is_empty();
+        if waiting {
+            self.check_liveness();
+        } else {
+            let now = Instant::now();
+            if now >= self.next_idle_liveness {
+                self.next_idle_liveness = now + IDLE_LIVENESS;
+                self.check_liveness();
+            }
+        }
     }
 
     fn report(&mut self, sink: &mut dyn EventSink) -> usize {
@@ -649,7 +679,29 @@ impl Transport for ShmTransport {
             .sum()
     }
 
+    #[inline]
     fn progress(&mut self, sink: &mut dyn EventSink) -> Result<usize, PluginError> {
+        // Most calls find nothing: a process waiting for a message polls
+        // here in a loop, and the shorter the loop, the sooner it sees the
+        // message. Such a call looks at one word per peer and at the
+        // queue's head, and leaves.
+        if self.st.backlog.is_empty()
+            && self.st.stashed == 0
+            && self.st.events.is_empty()
+            && !self.arrived()
+        {
+            self.idle();
+            return Ok(0);
+        }
+        Ok(self.progress_busy(sink))
+    }
+}
+
+impl ShmTransport {
+    /// A `progress` call with something to do: write what waits, receive,
+    /// write again, report.
+    #[inline(never)]
+    fn progress_busy(&mut self, sink: &mut dyn EventSink) -> usize {
         let mut events = 0;
         if !self.st.backlog.is_empty() {
             self.st.flush();
@@ -658,23 +710,10 @@ impl Transport for ShmTransport {
         if !self.st.backlog.is_empty() {
             self.st.flush();
         }
-        self.st.liveness_tick = self.st.liveness_tick.wrapping_add(1);
-        if self.st.liveness_tick % LIVENESS_PERIOD == 0 {
-            let waiting =
-                !self.st.backlog.is_empty() || !self.st.rts.is_empty() || !self.st.rdma.is_empty();
-            if waiting {
-                self.st.check_liveness();
-            } else {
-                let now = Instant::now();
-                if now >= self.st.next_idle_liveness {
-                    self.st.next_idle_liveness = now + IDLE_LIVENESS;
-                    self.st.check_liveness();
-                }
-            }
-        }
+        self.st.tick_liveness();
         if !self.st.events.is_empty() {
             events += self.st.report(sink);
         }
-        Ok(events)
+        events
     }
 }

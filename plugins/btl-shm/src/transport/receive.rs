@@ -1,16 +1,17 @@
 //! Receiving: the loop over what peers wrote into this process's queue
 //! segment, and what each fragment does.
 //!
-//! Each `progress` ([`ShmTransport::receive`]) first hands over queue
-//! fragments that arrived before their sender was added (kept in
-//! `stash`), then takes up to [`FBOX_BATCH`] entries from each fast box
-//! that has some (the first, when it is an in-order active message,
-//! through [`State::take_active`]), then goes once round the receive
-//! queue. Order per peer
-//! holds across the two paths through the pair's sequence numbers: fast-box
-//! entries are taken while their number is the next one
-//! ([`State::drain_fbox`]), and a queue fragment first drains the fast box
-//! up to its own number ([`State::take_fragment`]).
+//! A poll that finds nothing ([`ShmTransport::arrived`] false) only
+//! hands consumed lines back ([`ShmTransport::idle`]). Otherwise
+//! [`ShmTransport::receive`] first hands over queue fragments that
+//! arrived before their sender was added (kept in `stash`), then takes up
+//! to [`FBOX_BATCH`] entries from each fast box that has some (the first,
+//! when it is an in-order active message, through [`State::take_active`]),
+//! then goes once round the receive queue. Order per peer holds across
+//! the two paths through the pair's sequence numbers: fast-box entries are
+//! taken while their number is the next one ([`State::drain_fbox`]), and
+//! a queue fragment first drains the fast box up to its own number
+//! ([`State::take_fragment`]).
 //!
 //! [`State::handle`] acts on one fragment by kind: active messages go to
 //! the host; a rendezvous request is fetched ([`State::receive_rts`]:
@@ -61,6 +62,35 @@ fn status_result(status: Status, what: &str) -> Result<(), PluginError> {
 }
 
 impl ShmTransport {
+    /// Whether a peer wrote anything to be received: a fast-box entry at
+    /// a reader's position, or a fragment at the receive queue's head.
+    /// One load each; an idle poll is this and [`idle`](Self::idle).
+    #[inline]
+    pub(super) fn arrived(&self) -> bool {
+        let view = self.own.seg.map.view();
+        let st = &self.st;
+        st.active.iter().any(|&p| {
+            st.peers
+                .get(p as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|peer| peer.fbox_rx.pending(&view))
+        }) || self.own.fifo.pending(&view)
+    }
+
+    /// What a poll that found nothing does: hands consumed fast-box lines
+    /// back to their writers, and counts the call for the liveness check.
+    #[inline]
+    pub(super) fn idle(&mut self) {
+        let view = self.own.seg.map.view();
+        let st = &mut self.st;
+        for &p in &st.active {
+            if let Some(peer) = st.peers.get_mut(p as usize).and_then(Option::as_mut) {
+                peer.fbox_rx.publish_idle(&view);
+            }
+        }
+        st.tick_liveness();
+    }
+
     pub(super) fn receive(&mut self, sink: &mut dyn EventSink) -> usize {
         let ShmTransport { own, st, .. } = self;
         let view = own.seg.map.view();
@@ -117,7 +147,7 @@ impl ShmTransport {
             }
         }
         let layout = &own.layout;
-        if !own.fifo.pending(&view, layout) {
+        if !own.fifo.pending(&view) {
             return events;
         }
         for _ in 0..layout.params().fifo_slots {
