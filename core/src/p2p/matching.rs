@@ -77,6 +77,7 @@ impl<R, M> MatchEngine<R, M> {
     /// Posts a receive: it takes the earliest-arrived unexpected message
     /// that matches `spec`, or else is queued behind the receives posted
     /// before it. `O(1)` expected for every shape of `spec`.
+    #[inline]
     pub fn post(&mut self, spec: RecvSpec, req: R) -> Posted<R, M> {
         let stamp = self.next_stamp;
         self.next_stamp += 1;
@@ -86,7 +87,8 @@ impl<R, M> MatchEngine<R, M> {
         let store = &mut self.store;
         let t = &ctx.bins.tally;
         if t.posted == 0 && t.unexpected == 0 && ctx.failed_sources == 0 {
-            // Nothing to take and nothing queued: the receive waits alone.
+            // Nothing to take and nothing queued: the receive waits alone,
+            // on a path short enough to be inlined into the caller's.
             let idx = store.posts.insert(PostNode {
                 spec,
                 stamp,
@@ -98,6 +100,17 @@ impl<R, M> MatchEngine<R, M> {
             store.tally.posted += 1;
             return Posted::Queued(PostId { idx, stamp });
         }
+        self.post_behind(spec, req, stamp)
+    }
+
+    /// [`post`](Self::post) where the context has receives or messages
+    /// already.
+    #[inline(never)]
+    fn post_behind(&mut self, spec: RecvSpec, req: R, stamp: u64) -> Posted<R, M> {
+        let ctx = self
+            .contexts
+            .get_or_insert_with(spec.context, || Context::new(spec.context));
+        let store = &mut self.store;
         ctx.list_lone(&mut store.posts);
         // A failed source's messages that arrived before the failure are
         // still taken (see `fail_source_keeping_arrived`).

@@ -215,6 +215,7 @@ impl Eager {
     /// Reads the fixed-size header whose kind byte was checked: every
     /// eager message of a stream passes here, so the fields are read at
     /// their constant offsets rather than through a cursor.
+    #[inline]
     fn read(b: &[u8; Self::LEN]) -> Result<Self, Malformed> {
         let flags = b[1];
         if flags & !eager_flags::ALL != 0 {

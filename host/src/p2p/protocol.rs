@@ -643,6 +643,7 @@ impl Completer<'_> {
     }
 
     /// An eager message for receive `id`: copy what fits, complete it.
+    #[inline]
     fn deliver_eager(&mut self, id: ReqId, env: Envelope, peer: Rank, data: &[u8]) {
         let Some(req) = self.reqs.get_mut(&id) else {
             return;
@@ -672,6 +673,7 @@ impl Completer<'_> {
 
     /// Counts one consumed eager message of `peer`, crediting a batch
     /// back when it is full.
+    #[inline]
     fn owe_credit(&mut self, peer: Rank) {
         let Some(owed) = self.owed.get_mut(peer as usize) else {
             return;

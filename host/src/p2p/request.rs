@@ -407,6 +407,7 @@ impl P2p {
         self.recv_on(comm, p2p_context(comm), source, tag, buf)
     }
 
+    #[inline]
     pub(super) fn recv_on(
         &mut self,
         comm: &Communicator,
