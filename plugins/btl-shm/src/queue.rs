@@ -262,9 +262,15 @@ impl FboxReader {
     /// message.
     #[inline]
     fn hand_back(&mut self, view: &View<'_>, least: u64) {
-        if self.read - self.published < least {
-            return;
+        if self.read - self.published >= least {
+            self.hand_back_now(view);
         }
+    }
+
+    /// [`hand_back`](Self::hand_back) once it is due: out of line, so
+    /// that the check on every message's path costs no call.
+    #[inline(never)]
+    fn hand_back_now(&mut self, view: &View<'_>) {
         for pos in self.published..self.read {
             let off = pos & (self.lines - 1);
             if let Some(w) = view.word(self.ring + off as usize * LINE) {
