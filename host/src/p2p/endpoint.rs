@@ -431,9 +431,9 @@ impl P2p {
         source: Source,
         tag: Tag,
     ) -> Result<Option<P2pError>, P2pError> {
-        // The commonest receive, a named rank of a live communicator with
-        // no peer failed, passes without a call; the rest, and every
-        // error, out of line.
+        // The commonest receives (a rank of the communicator or any, a
+        // tag >= 0 or any, on a live communicator, no peer failed) pass
+        // without a call; the rest, and every error, out of line.
         let plain = match (source, tag) {
             (Source::Rank(r), Tag::Tag(t)) => t >= 0 && r < comm.size(),
             (Source::Rank(r), Tag::Any) => r < comm.size(),
@@ -446,6 +446,7 @@ impl P2p {
         self.check_recv_fully(comm, source, tag)
     }
 
+    /// [`check_recv`](Self::check_recv) in full.
     #[inline(never)]
     fn check_recv_fully(
         &self,
