@@ -21,6 +21,7 @@
 //! transport chosen: `buffer` where it offers transfer buffers (shm),
 //! else `registered` where it offers `get` (tcp), else `copy`.
 
+mod layer;
 mod p2p;
 mod registration;
 mod rma;
@@ -55,6 +56,7 @@ pub(super) const SYNOPSIS: &str = "\
 fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
         [--sizes N,...] [--json] [--quick] [--param name=value]...
 fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick] [--param name=value]...
+fireopal bench layer [--btl NAME] [--sizes N,...] [--rounds N] [--json] [--quick] [--param name=value]...
 fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick] [--param name=value]...
 fireopal bench shmem|shmem-put|shmem-get|shmem-atomic [--btl NAME] [--sizes N,...] [--json] [--quick]
         [--param name=value]...";
@@ -63,6 +65,8 @@ const USAGE: &str = "\
 usage: fireopal bench pingpong [--btl NAME] [--from auto|buffer|heap|user|copy|registered]
                [--sizes N,...] [--json] [--quick] [--param name=value]...
        fireopal bench p2p|put|get [--btl NAME] [--sizes N,...] [--json] [--quick]
+               [--param name=value]...
+       fireopal bench layer [--btl NAME] [--sizes N,...] [--rounds N] [--json] [--quick]
                [--param name=value]...
        fireopal bench registration [--btl NAME] [--rounds N] [--json] [--quick]
                [--param name=value]...
@@ -74,7 +78,10 @@ Latency and bandwidth between ranks 0 and 1, OSU-style: of active messages
 bidirectional bandwidth too), or of one-sided operations on the peer's
 registered memory (put, get), or of the one-sided layer on the symmetric
 heap (shmem-put: put then quiet, shmem-get, shmem-atomic: 64-bit
-fetch-add, shmem: the three), 8 B to 4 MiB. `registration` times rendezvous from reused
+fetch-add, shmem: the three), 8 B to 4 MiB. `layer` alternates blocks of
+the active-message and the tagged ping-pong in one job, and reports what
+the tagged one adds to a half round trip (8 B unless --sizes says
+otherwise). `registration` times rendezvous from reused
 and from fresh buffers, cache hits and misses, and munmap of watched and
 unwatched memory, in alternated rounds. Run it under `fireopal run -n 2`,
 or alone to reach this process itself.
@@ -83,10 +90,11 @@ or alone to reach this process itself.
   --from SOURCE         pingpong only: where messages above the eager limit
                         are sent from: auto (default), buffer, heap, user,
                         copy or registered
-  --sizes N[,N]...      pingpong, p2p, put, get, shmem-put and shmem-get:
-                        these message sizes in bytes, not the default
-                        0 B (8 B for shmem) to 4 MiB
-  --rounds N            registration only: alternated rounds (default 5)
+  --sizes N[,N]...      pingpong, p2p, layer, put, get, shmem-put and
+                        shmem-get: these message sizes in bytes, not the
+                        default 0 B (8 B for shmem) to 4 MiB (8 B for layer)
+  --rounds N            registration and layer: alternated rounds (default
+                        5 for registration, 25 for layer)
   --json                print the results as JSON
   --quick               fewer iterations, to check that it runs
   --param name=value    set a parameter
@@ -97,14 +105,16 @@ or alone to reach this process itself.
 enum Kind {
     PingPong,
     P2p,
+    Layer,
     Registration,
     Rma(rma::Op),
     Shmem(&'static [shmem::Op]),
 }
 
-const KINDS: [(&str, Kind); 9] = [
+const KINDS: [(&str, Kind); 10] = [
     ("pingpong", Kind::PingPong),
     ("p2p", Kind::P2p),
+    ("layer", Kind::Layer),
     ("registration", Kind::Registration),
     ("put", Kind::Rma(rma::Op::Put)),
     ("get", Kind::Rma(rma::Op::Get)),
@@ -135,8 +145,8 @@ struct Bench {
     quick: bool,
     from: From,
     rounds: usize,
-    /// `--sizes`: only these message sizes (pingpong, p2p, put, get, the
-    /// symmetric-heap puts and gets).
+    /// `--sizes`: only these message sizes (pingpong, p2p, layer, put,
+    /// get, the symmetric-heap puts and gets).
     sizes: Option<Vec<usize>>,
 }
 
@@ -166,7 +176,7 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
         json: false,
         quick: false,
         from: From::Auto,
-        rounds: 5,
+        rounds: if kind == Kind::Layer { 25 } else { 5 },
         sizes: None,
     };
     let mut btl = None;
@@ -182,7 +192,7 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
             Arg::Opt("--sizes")
                 if matches!(
                     kind,
-                    Kind::P2p | Kind::PingPong | Kind::Rma(_) | Kind::Shmem(_)
+                    Kind::P2p | Kind::Layer | Kind::PingPong | Kind::Rma(_) | Kind::Shmem(_)
                 ) =>
             {
                 let v = it.value()?;
@@ -194,7 +204,7 @@ fn parse(args: &[String]) -> Result<Bench, Stop> {
                     ))
                 })?);
             }
-            Arg::Opt("--rounds") if kind == Kind::Registration => {
+            Arg::Opt("--rounds") if matches!(kind, Kind::Registration | Kind::Layer) => {
                 let v = it.value()?;
                 b.rounds = v.parse().ok().filter(|&r| r > 0).ok_or_else(|| {
                     Stop::Usage(format!("--rounds {v}: expected a count above 0"))
@@ -243,6 +253,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     let done = match b.kind {
         Kind::PingPong => run(&b.common, b.json, b.quick, b.from, b.sizes.as_deref()),
         Kind::P2p => p2p::run(&b.common, b.json, b.quick, b.sizes.as_deref()),
+        Kind::Layer => layer::run(&b.common, b.json, b.quick, b.rounds, b.sizes.as_deref()),
         Kind::Registration => registration::run(&b.common, b.json, b.quick, b.rounds),
         Kind::Rma(op) => rma::run(op, &b.common, b.json, b.quick, b.sizes.as_deref()),
         Kind::Shmem(ops) => shmem::run(ops, &b.common, b.json, b.quick, b.sizes.as_deref()),

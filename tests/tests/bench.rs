@@ -88,6 +88,52 @@ fn pingpong_by_rendezvous_over_shm_tcp_and_self() {
     }
 }
 
+/// The layer's cost is measured in one job over each transport: the two
+/// ping-pongs alternate, and each size gets both medians and the spread
+/// of the rounds' differences.
+#[test]
+fn layer_alternates_both_pingpongs_over_shm_tcp_and_self() {
+    for (btl, ranks) in [("shm", 2), ("tcp", 2), ("self", 1)] {
+        let more = ["--rounds", "3", "--sizes", "0,8,65536"];
+        let table = bench_with("layer", btl, ranks, &more);
+        assert!(table.starts_with("# fireopal layer: "), "{table}");
+        assert!(table.contains(&format!("over btl {btl}[")), "{table}");
+        assert!(table.contains("3 alternated rounds"), "{table}");
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("size"))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let sizes: Vec<String> = rows.iter().map(|r| r[..2].join(" ")).collect();
+        assert_eq!(sizes, ["0 B", "8 B", "64 KiB"], "{table}");
+        for r in &rows {
+            assert_eq!(r.len(), 7, "{table}");
+            let figures: Vec<f64> = r[2..]
+                .iter()
+                .map(|f| f.parse().unwrap_or(f64::NAN))
+                .collect();
+            assert!(figures[0] > 0.0 && figures[1] > 0.0, "{table}");
+            // The median difference lies within the rounds' spread.
+            assert!(
+                figures[3] <= figures[2] && figures[2] <= figures[4],
+                "{table}"
+            );
+        }
+    }
+    // A usage error: status 2, with the reason.
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = run_with_timeout(
+        Command::new(&host).args(["bench", "layer", "--rounds", "0"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--rounds 0: expected a count above 0"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn put_and_get_over_shm_tcp_and_self() {
     for what in ["put", "get"] {

@@ -106,7 +106,7 @@ pub(super) fn run(
 // Not inlined, so that a profiler can count the ping-pong on its own
 // (`valgrind --tool=callgrind --toggle-collect=...::p2p::pingpong`).
 #[inline(never)]
-fn pingpong(
+pub(super) fn pingpong(
     p2p: &mut P2p,
     world: &Communicator,
     peer: u32,
