@@ -225,6 +225,23 @@ impl<T> Slab<T> {
         Some(value)
     }
 
+    /// Takes the value at `idx` out, freeing the index, if that index is
+    /// in use and `keep_out` accepts the value: one look at the slot.
+    #[inline(always)]
+    pub(super) fn remove_if(&mut self, idx: usize, keep_out: impl FnOnce(&T) -> bool) -> Option<T> {
+        let entry = self.slots.get_mut(idx)?;
+        match entry {
+            Entry::Full(value) if keep_out(value) => {}
+            _ => return None,
+        }
+        let Entry::Full(value) = core::mem::replace(entry, Entry::Free(self.free)) else {
+            return None;
+        };
+        self.free = idx;
+        self.len -= 1;
+        Some(value)
+    }
+
     /// The value at `idx`, if that index is in use.
     #[inline]
     pub(super) fn get(&self, idx: usize) -> Option<&T> {

@@ -227,10 +227,9 @@ impl<R, M> MatchEngine<R, M> {
             return None;
         }
         let store = &mut self.store;
-        if !store.posts.get(idx)?.spec.matches(&envelope) {
-            return None;
-        }
-        let node = store.posts.remove(idx)?;
+        let node = store
+            .posts
+            .remove_if(idx, |node| node.spec.matches(&envelope))?;
         stream.expected = seq.wrapping_add(1);
         ctx.lone = None;
         ctx.bins.tally.posted -= 1;

@@ -62,6 +62,23 @@ fn lists_keep_order_and_unlink_anywhere() {
     assert_eq!(slab.len(), 5);
 }
 
+#[test]
+fn remove_if_takes_only_what_it_accepts() {
+    let mut slab = Slab::default();
+    let a = slab.insert(5u32);
+    let b = slab.insert(6u32);
+    // Refused: the value stays, its slot is not freed.
+    assert_eq!(slab.remove_if(a, |v| *v == 6), None);
+    assert_eq!(slab.get(a), Some(&5));
+    // Accepted: taken out, its slot is the next one filled.
+    assert_eq!(slab.remove_if(b, |v| *v == 6), Some(6));
+    assert_eq!(slab.get(b), None);
+    assert_eq!(slab.remove_if(b, |_| true), None);
+    assert_eq!(slab.remove_if(99, |_| true), None);
+    assert_eq!(slab.len(), 1);
+    assert_eq!(slab.insert(7), b);
+}
+
 /// Checks that a bin map counts its empty bins right and keeps no more of
 /// them than its limit.
 fn check_empties<K>(bins: &BinMap<K>)

@@ -237,15 +237,21 @@ impl Eager {
         })
     }
 
-    /// The header bytes.
+    /// The header bytes, at the constant offsets [`read`](Self::read)
+    /// takes them from: every eager message is encoded here, inline in
+    /// the sender's path.
+    #[inline]
     pub fn encode(&self) -> [u8; Self::LEN] {
-        fixed(|w| {
-            w.u8(Kind::Eager as u8);
-            w.u8(self.flags);
-            w.zeros(2);
-            self.envelope.write(w);
-            w.u32(self.credits);
-        })
+        let mut b = [0u8; Self::LEN];
+        b[0] = Kind::Eager as u8;
+        b[1] = self.flags;
+        let mut word = |at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        word(4, self.envelope.context);
+        word(8, self.envelope.source);
+        word(12, self.envelope.tag as u32);
+        word(16, self.envelope.seq);
+        word(20, self.credits);
+        b
     }
 }
 
