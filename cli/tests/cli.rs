@@ -188,11 +188,11 @@ fn usage_errors_go_to_stderr_with_exit_2_naming_the_valid_values() {
         (&["info", "--json=yes"], "--json takes no value"),
         (
             &["bench", "nosuch"],
-            "unknown benchmark \"nosuch\": expected one of pingpong, p2p, registration, put, get, shmem, shmem-put, shmem-get or shmem-atomic",
+            "unknown benchmark \"nosuch\": expected one of pingpong, p2p, layer, registration, put, get, shmem, shmem-put, shmem-get or shmem-atomic",
         ),
         (
             &["bench"],
-            "which benchmark? expected one of pingpong, p2p, registration, put, get, shmem, shmem-put, shmem-get or shmem-atomic",
+            "which benchmark? expected one of pingpong, p2p, layer, registration, put, get, shmem, shmem-put, shmem-get or shmem-atomic",
         ),
         (
             &["bench", "pingpong", "--from", "x"],
