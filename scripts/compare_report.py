@@ -5,7 +5,14 @@ Reads machine.txt, limits.txt and round-<r>-<contender>.txt (fireopal's
 bench JSON, or the MPI programs' tables), and prints per size the median
 and min-max latency and bandwidth of every contender over the rounds, with
 the ratio fireopal/peer of the medians. With --json FILE it also writes
-the same figures, and every round's raw value, as JSON.
+the same figures, every round's raw value and the paired ratios below,
+as JSON.
+
+Each round runs the contenders one after the other, so a round's runs lie
+seconds apart where the rounds span minutes. The paired ratios divide
+fireopal's figure by the peer's of the same round and take the median
+over the rounds: a slower stretch of the host that spans a round weighs
+on both sides of its ratio alike.
 
 Some hosts run a whole job in a slower state now and then (its cause
 lies outside the guest: every cache-line transfer and kernel copy takes
@@ -105,6 +112,7 @@ def main():
     machine = read_kv(args.dir / "machine.txt")
     limits = read_kv(args.dir / "limits.txt")
     runs = {}  # contender -> list of {size: (lat, bw)}
+    by_round = {}  # contender -> {round: {size: (lat, bw)}}
     for f in sorted(args.dir.iterdir()):
         m = ROUND_FILE.match(f.name)
         if not m:
@@ -116,6 +124,7 @@ def main():
         except (ValueError, KeyError, json.JSONDecodeError) as e:
             sys.exit(f"compare_report: {f}: {e}")
         runs.setdefault(who, []).append(rows)
+        by_round.setdefault(who, {})[int(m.group(1))] = rows
     if "fireopal" not in runs:
         sys.exit(f"compare_report: no fireopal run in {args.dir}")
     order = [p for p in machine.get("peers", "").split(",") if p]
@@ -206,6 +215,51 @@ def main():
         print("# the rounds in each contender's faster state only")
         tables(fast, both)
 
+    # Fireopal's figure over the peer's of the same round, per round
+    # (index 0 latency, 1 bandwidth), in the given rounds or all of them.
+    def paired(p, s, index, rounds=None):
+        common = sorted(set(by_round["fireopal"]) & set(by_round[p]))
+        return [
+            by_round["fireopal"][r][s][index] / by_round[p][r][s][index]
+            for r in common
+            if (rounds is None or r in rounds) and by_round[p][r][s][index]
+        ]
+
+    # The rounds in which `who` ran in its faster state.
+    def fast_set(who):
+        order = sorted(by_round[who])
+        slowness = slowdown([by_round[who][r] for r in order], sizes)
+        return {r for r, x in zip(order, slowness) if x <= SLOW}
+
+    if peers:
+        print()
+        print(
+            "# paired: fireopal / peer within each round, median (min-max) over the "
+            "rounds, and [n] rounds with both in their faster state, their median"
+        )
+        for index, label in ((0, "latency"), (1, "bandwidth")):
+            head, rule = "| size |", "|---|"
+            for p in peers:
+                head += f" {label} / {p}, all rounds | both faster |"
+                rule += "---|---|"
+            print()
+            print(head)
+            print(rule)
+            for s in sizes:
+                if index == 1 and s == 0:
+                    continue
+                line = f"| {human(s)} |"
+                for p in peers:
+                    v = paired(p, s, index)
+                    w = paired(p, s, index, fast_set("fireopal") & fast_set(p))
+                    line += (
+                        f" {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}) |"
+                        if v
+                        else " - |"
+                    )
+                    line += f" [{len(w)}] {statistics.median(w):.2f} |" if w else " [0] - |"
+                print(line)
+
     if args.json:
         doc = {
             "machine": machine,
@@ -223,7 +277,14 @@ def main():
                             "bandwidth": ratio(p, s, "bandwidth_mbs"),
                         }
                         for p in peers
-                    }
+                    },
+                    "paired": {
+                        p: {
+                            "latency": paired(p, s, 0),
+                            "bandwidth": paired(p, s, 1),
+                        }
+                        for p in peers
+                    },
                 }
                 for s in sizes
             },

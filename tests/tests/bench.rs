@@ -293,6 +293,10 @@ fn on_path(name: &str) -> bool {
 /// in each contender's faster state.
 const FASTER: &str = "# the rounds in each contender's faster state only";
 
+/// The line of `scripts/compare_report.py` before its tables of ratios
+/// paired within rounds.
+const PAIRED: &str = "# paired: fireopal / peer within each round";
+
 /// The data rows of the markdown tables in `text`.
 fn table_rows(text: &str) -> Vec<&str> {
     text.lines()
@@ -302,7 +306,8 @@ fn table_rows(text: &str) -> Vec<&str> {
 
 /// The report tells rounds the host ran in its slow state (latencies at
 /// several sizes well over the contender's best) and gives the medians of
-/// the others apart; a single slow size is not enough.
+/// the others apart; a single slow size is not enough. It also divides
+/// each round's figures by the peer's of the same round.
 #[test]
 fn compare_report_sets_apart_the_rounds_of_the_hosts_slow_state() {
     if !on_path("python3") {
@@ -354,8 +359,11 @@ fn compare_report_sets_apart_the_rounds_of_the_hosts_slow_state() {
         report.contains("fireopal 1 of 3, openmpi 0 of 3"),
         "slow rounds\n{report}"
     );
-    let (all, faster) = stdout
+    let (all, rest) = stdout
         .split_once(FASTER)
+        .unwrap_or_else(|| panic!("{report}"));
+    let (faster, paired) = rest
+        .split_once(PAIRED)
         .unwrap_or_else(|| panic!("{report}"));
     // All rounds: fireopal's medians 1.1 / 2.1 / 110 against 2 / 4 / 200.
     assert!(
@@ -378,6 +386,20 @@ fn compare_report_sets_apart_the_rounds_of_the_hosts_slow_state() {
     );
     assert!(
         rows.contains(&"| 8 B | 1.05 (1.00-1.10) | 2.00 (2.00-2.00) | 0.53 |"),
+        "{report}"
+    );
+    // Paired within rounds: at 1 MiB 100/200, 110/220 and 400/200; the
+    // first two rounds have both in their faster state.
+    let rows = table_rows(paired);
+    assert_eq!(rows.len(), 3 + 3, "{report}");
+    assert!(
+        rows.contains(&"| 1 MiB | 0.50 (0.50-2.00) | [2] 0.50 |"),
+        "{report}"
+    );
+    assert!(
+        rows[3..]
+            .iter()
+            .all(|r| r.ends_with("| 1.00 (1.00-1.00) | [2] 1.00 |")),
         "{report}"
     );
 }
