@@ -757,15 +757,9 @@ impl P2p {
     }
 
     /// Takes a completed request out: its result and its owned buffer.
+    #[inline]
     pub(super) fn take_done(&mut self, id: ReqId) -> Option<Finished> {
-        let mut proto = self.proto.borrow_mut();
-        let req = proto.reqs.get_mut(&id)?;
-        let done = req.done.take()?;
-        let owned = match &mut req.state {
-            ReqState::Recv { target, .. } => target.owned.take(),
-            ReqState::Send(out) => out.owned.take(),
-        };
-        proto.reqs.remove(&id);
+        let (done, owned) = self.proto.borrow_mut().reqs.take_finished(&id)?;
         Some((done.map_err(|e| *e), owned))
     }
 

@@ -11,6 +11,8 @@
 //! rendezvous, so a peer's message that names id 0 finds nothing it
 //! accepts.
 
+use std::any::Any;
+
 use super::protocol::{RecvTarget, Req, ReqId, ReqState};
 use super::{P2pError, Status};
 
@@ -19,6 +21,9 @@ struct Slot {
     generation: u32,
     req: Option<Req>,
 }
+
+/// A completed request's result, as the table keeps it.
+type Done = Result<Status, Box<P2pError>>;
 
 /// The id of the parked receive; no slot's id (those are never 0).
 pub(crate) const PARKED: ReqId = 0;
@@ -204,6 +209,36 @@ impl ReqTable {
         Some(done)
     }
 
+    /// Takes a completed request out with one look at its slot: its
+    /// result and the buffer it owned (a non-blocking call's).
+    #[inline]
+    pub(crate) fn take_finished(&mut self, id: &ReqId) -> Option<(Done, Option<Box<dyn Any>>)> {
+        let (slot, index) = if *id == PARKED {
+            (&mut self.parked, None)
+        } else {
+            let (index, generation) = split(*id);
+            let slot = self.slots.get_mut(index)?;
+            if slot.generation != generation {
+                return None;
+            }
+            (&mut slot.req, Some(index))
+        };
+        let req = slot.as_mut()?;
+        let done = req.done.take()?;
+        let owned = match &mut req.state {
+            ReqState::Recv { target, .. } => target.owned.take(),
+            ReqState::Send(out) => out.owned.take(),
+        };
+        clear(slot);
+        if let Some(index) = index {
+            if *id == self.moved {
+                self.moved = PARKED;
+            }
+            self.free.push(index as u32);
+        }
+        Some((done, owned))
+    }
+
     /// Every request with its id.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (ReqId, &Req)> {
         let parked = self.parked.as_ref().map(|r| (PARKED, r));
@@ -297,5 +332,31 @@ mod tests {
         assert!(table.take_done(&id).is_some());
         assert_eq!(std::rc::Rc::strong_count(&buffer), 1, "taken, dropped");
         assert!(table.get(&PARKED).is_none());
+    }
+
+    #[test]
+    fn take_finished_hands_out_the_result_and_the_owned_buffer_once() {
+        let mut table = ReqTable::default();
+        let mut req = receive();
+        if let ReqState::Recv { target, .. } = &mut req.state {
+            target.owned = Some(Box::new(7u32));
+        }
+        let id = table.insert(req);
+        assert!(table.take_finished(&id).is_none(), "not done yet");
+        if let Some(r) = table.get_mut(&id) {
+            r.done = Some(Ok(Status::default()));
+        }
+        let (done, owned) = table.take_finished(&id).expect("done");
+        assert!(done.is_ok());
+        assert_eq!(
+            owned.and_then(|b| b.downcast::<u32>().ok()).map(|b| *b),
+            Some(7)
+        );
+        assert!(table.take_finished(&id).is_none(), "taken once");
+        assert!(table.get(&id).is_none());
+        // The slot is free again, under a new generation.
+        let next = table.insert(receive());
+        assert_ne!(next, id);
+        assert_eq!(next & 0xFFFF_FFFF, id & 0xFFFF_FFFF);
     }
 }
