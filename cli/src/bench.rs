@@ -388,9 +388,8 @@ fn run(
         m.register(TAG_ACK, move |_| acks.set(acks.get() + 1))
             .map_err(|e| e.to_string())?;
     }
-    // Not one repeated byte, so that a transport that moves the wrong
-    // bytes is caught where the bench checks them (`--from registered`).
-    let buf: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
+    // Checked where the bench checks them (`--from registered`).
+    let buf = pattern(largest);
     let attrs = m.attributes(peer);
     let eager = attrs.map_or(u64::MAX, |a| a.eager_limit);
     let flags = attrs.map(|a| a.flags).unwrap_or_default();
@@ -734,6 +733,12 @@ fn stream(
         }
     }
     Ok(start.elapsed())
+}
+
+/// `len` bytes that are not one repeated value (a prime period), so that
+/// a transport that moves the wrong bytes is caught where they are checked.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
 }
 
 fn human_size(n: usize) -> String {

@@ -464,11 +464,19 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
     );
     // Two tables (latency, bandwidth); every size in each, with a ratio.
     // Two more, of the rounds in the host's faster state, follow when a
-    // round ran in the slow one (a busy machine can put one there).
-    let (all, faster) = out
+    // round ran in the slow one (a busy machine can put one there). The
+    // paired ratios come last, every size again.
+    let (tables, paired) = out
         .stdout
-        .split_once(FASTER)
-        .unwrap_or((out.stdout.as_str(), ""));
+        .split_once(PAIRED)
+        .unwrap_or_else(|| panic!("no paired ratios\n{report}"));
+    let (all, faster) = tables.split_once(FASTER).unwrap_or((tables, ""));
+    let paired = table_rows(paired);
+    assert_eq!(paired.len(), 8 + 7, "paired rows\n{report}");
+    for row in &paired {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 3, "paired row {row:?}");
+    }
     let rows = table_rows(all);
     assert_eq!(rows.len(), 8 + 7, "rows\n{report}");
     let faster = table_rows(faster);
@@ -487,6 +495,7 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
     // rounds' values (the faster state's figures are not repeated there).
     assert_eq!(doc.matches("\"runs\"").count(), 8 * 2 * 2, "{doc}");
     assert_eq!(doc.matches("\"ratio\"").count(), 8, "{doc}");
+    assert_eq!(doc.matches("\"paired\"").count(), 8, "{doc}");
 }
 
 /// `--sizes` measures the same sizes on both sides, in place of the
@@ -514,10 +523,11 @@ fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
             .is_some_and(|l| l.contains("sizes 16384,32768")),
         "machine line\n{report}"
     );
-    let (all, _) = out
+    let (tables, _) = out
         .stdout
-        .split_once(FASTER)
+        .split_once(PAIRED)
         .unwrap_or((out.stdout.as_str(), ""));
+    let (all, _) = tables.split_once(FASTER).unwrap_or((tables, ""));
     let labels: Vec<&str> = table_rows(all)
         .iter()
         .map(|r| r.trim_matches('|').split('|').next().unwrap_or("").trim())

@@ -16,7 +16,8 @@ use std::rc::Rc;
 use super::super::json::Json;
 use super::super::{CommonArgs, Failure};
 use super::{
-    human_size, latency_iterations, open_front_door, pingpong, FrontDoor, Path, Source, TAG_PING,
+    human_size, latency_iterations, open_front_door, pattern, pingpong, FrontDoor, Path, Source,
+    TAG_PING,
 };
 
 /// Message sizes measured unless `--sizes` says otherwise.
@@ -51,8 +52,8 @@ pub(super) fn run(
     } = open_front_door(common, "layer")?;
     let sizes = only.unwrap_or(&DEFAULT_SIZES);
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    // Not one repeated byte, so that wrong bytes are caught below.
-    let data: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
+    // Checked below, after the last round.
+    let data = pattern(largest);
     let mut landing = vec![0u8; largest];
 
     let pings = Rc::new(Cell::new(0u64));

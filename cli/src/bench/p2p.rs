@@ -14,8 +14,8 @@ use fireopal::p2p::{Communicator, P2p, Request, Source, Tag};
 use super::super::json::Json;
 use super::super::{CommonArgs, Failure};
 use super::{
-    bandwidth_windows, human_size, latency_iterations, open_front_door, FrontDoor, Row, SIZES,
-    WINDOW,
+    bandwidth_windows, human_size, latency_iterations, open_front_door, pattern, FrontDoor, Row,
+    SIZES, WINDOW,
 };
 
 const TAG_PING: i32 = 1;
@@ -45,8 +45,8 @@ pub(super) fn run(
     let p2p = rt.p2p();
     let sizes = only.unwrap_or(&SIZES);
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    // Not one repeated byte, so that wrong bytes are caught below.
-    let data: Vec<u8> = (0..largest).map(|i| (i % 251) as u8).collect();
+    // Checked after each size's ping-pong.
+    let data = pattern(largest);
     let mut landing = vec![0u8; largest];
     let mut window_landing = vec![0u8; largest];
     let mut rows = Vec::new();
