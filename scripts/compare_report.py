@@ -113,6 +113,7 @@ def main():
     limits = read_kv(args.dir / "limits.txt")
     runs = {}  # contender -> list of {size: (lat, bw)}
     by_round = {}  # contender -> {round: {size: (lat, bw)}}
+    numbers = {}  # contender -> the round of each of its runs, as in `runs`
     for f in sorted(args.dir.iterdir()):
         m = ROUND_FILE.match(f.name)
         if not m:
@@ -125,6 +126,7 @@ def main():
             sys.exit(f"compare_report: {f}: {e}")
         runs.setdefault(who, []).append(rows)
         by_round.setdefault(who, {})[int(m.group(1))] = rows
+        numbers.setdefault(who, []).append(int(m.group(1)))
     if "fireopal" not in runs:
         sys.exit(f"compare_report: no fireopal run in {args.dir}")
     order = [p for p in machine.get("peers", "").split(",") if p]
@@ -225,11 +227,10 @@ def main():
             if (rounds is None or r in rounds) and by_round[p][r][s][index]
         ]
 
-    # The rounds in which `who` ran in its faster state.
-    def fast_set(who):
-        order = sorted(by_round[who])
-        slowness = slowdown([by_round[who][r] for r in order], sizes)
-        return {r for r, x in zip(order, slowness) if x <= SLOW}
+    # The rounds in which each contender ran in its faster state.
+    fast_numbers = {
+        who: {n for n, x in zip(numbers[who], slow[who]) if x <= SLOW} for who in runs
+    }
 
     if peers:
         print()
@@ -251,7 +252,7 @@ def main():
                 line = f"| {human(s)} |"
                 for p in peers:
                     v = paired(p, s, index)
-                    w = paired(p, s, index, fast_set("fireopal") & fast_set(p))
+                    w = paired(p, s, index, fast_numbers["fireopal"] & fast_numbers[p])
                     line += (
                         f" {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}) |"
                         if v

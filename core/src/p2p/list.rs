@@ -213,16 +213,7 @@ impl<T> Slab<T> {
     /// Takes the value at `idx` out, freeing the index.
     #[inline]
     pub(super) fn remove(&mut self, idx: usize) -> Option<T> {
-        let entry = self.slots.get_mut(idx)?;
-        if let Entry::Free(_) = entry {
-            return None;
-        }
-        let Entry::Full(value) = core::mem::replace(entry, Entry::Free(self.free)) else {
-            return None;
-        };
-        self.free = idx;
-        self.len -= 1;
-        Some(value)
+        self.remove_if(idx, |_| true)
     }
 
     /// Takes the value at `idx` out, freeing the index, if that index is

@@ -187,7 +187,9 @@ impl ReqTable {
     }
 
     /// Takes the result of request `id` out, and the request with it,
-    /// if it has completed.
+    /// if it has completed: the blocking wait's look, whose parked receive
+    /// owns no buffer. (Through [`take_finished`](Self::take_finished)
+    /// the blocking receive's path counts about 20 instructions more.)
     #[inline]
     pub(crate) fn take_done(&mut self, id: &ReqId) -> Option<Result<Status, Box<P2pError>>> {
         if *id == PARKED {

@@ -82,13 +82,8 @@ impl ShmTransport {
     #[inline]
     pub(super) fn idle(&mut self) {
         let view = self.own.seg.map.view();
-        let st = &mut self.st;
-        for &p in &st.active {
-            if let Some(peer) = st.peers.get_mut(p as usize).and_then(Option::as_mut) {
-                peer.fbox_rx.publish_idle(&view);
-            }
-        }
-        st.tick_liveness();
+        self.st.publish_idle(&view);
+        self.st.tick_liveness();
     }
 
     pub(super) fn receive(&mut self, sink: &mut dyn EventSink) -> usize {
@@ -140,11 +135,7 @@ impl ShmTransport {
         if events == 0 {
             // Nothing arrived: hand consumed fast-box lines back now, while
             // no message waits for an answer.
-            for &p in &st.active {
-                if let Some(peer) = st.peers.get_mut(p as usize).and_then(Option::as_mut) {
-                    peer.fbox_rx.publish_idle(&view);
-                }
-            }
+            st.publish_idle(&view);
         }
         let layout = &own.layout;
         if !own.fifo.pending(&view) {
@@ -226,6 +217,17 @@ impl ShmTransport {
 }
 
 impl State {
+    /// Hands every active peer's consumed fast-box lines back to its
+    /// writer, off the messages' path.
+    #[inline]
+    fn publish_idle(&mut self, view: &View<'_>) {
+        for &p in &self.active {
+            if let Some(peer) = self.peers.get_mut(p as usize).and_then(Option::as_mut) {
+                peer.fbox_rx.publish_idle(view);
+            }
+        }
+    }
+
     /// Takes the entry at peer `p`'s fast-box position if it is an active
     /// message next in order (and fragments carry no checksum) and hands
     /// it to the host; then whether another entry waits. `None`: nothing
