@@ -5,41 +5,40 @@
 //! medium sizes (glibc from a few KiB up to a large fraction of the last
 //! level cache). On some processors that instruction slows down by an
 //! order of magnitude when the destination sits a few bytes after the
-//! source modulo 64 (AMD Zen 3 with fast short `rep movsb`: a 64 KiB copy
-//! with the destination 16 bytes further into its cache line than the
-//! source moves about 2 GB/s instead of 40; Zen 4 does the same for 1 to
-//! 15 bytes, and keeps its speed at 16). A transport's payload lands at
+//! source (AMD Zen 3 with fast short `rep movsb`: a 64 KiB copy with the
+//! destination 16 bytes ahead moves about 3 GB/s instead of 40; Zen 4
+//! does the same for 1 to 15 bytes, and keeps its speed at 16). A transport's payload lands at
 //! whatever offset its headers leave, so that case is common.
 //!
 //! The slowdown follows where the destination falls relative to the
-//! source modulo 4 KiB: it comes when the destination lies a few bytes
-//! ahead (Zen 4 takes 17 times as long at 8 bytes, 1.05 times at 16, where
-//! Zen 3 takes 20). The pieces lose there too (on Zen 4, 2 KiB pieces
-//! took 2 to 2.7 times as long as one `memcpy` at 16 bytes ahead).
+//! source modulo 4 KiB, not modulo a line: it comes when the destination
+//! lies a few bytes ahead (Zen 4 takes 17 times as long at 8 bytes, 1.05
+//! times at 16; Zen 3 takes 14 to 20 times from 8 to 28 bytes and keeps
+//! its speed from 32 bytes ahead, and at any distance behind).
 //!
-//! [`copy_bytes`] copies a pair whose alignments differ, from [`PIECE`]
-//! to [`PIECEWISE_BELOW`] bytes, with the destination less than 128 bytes
-//! ahead modulo 4 KiB, with a loop of vector loads and stores aligned on
-//! the destination (x86-64); other pairs, and every pair elsewhere, in
-//! pieces short enough for `memcpy`'s own vector loop. On Zen 3 the loop
-//! kept within a few percent of an aligned copy from 32 KiB to 512 KiB
-//! where the pieces took 1.1 to 1.2 times at 8 to 24 bytes ahead and one
-//! `memcpy` (`rep movsb`) 1.4 times at 48; further ahead, from 144 to 336
-//! bytes, the loop's loads wait behind its own stores to the same offsets
-//! modulo 4 KiB and the pieces were faster. Everything else goes in one
-//! `memcpy`; above [`PIECEWISE_BELOW`] `memcpy` leaves `rep movsb` for
-//! other loops by itself, and one call is as fast.
+//! [`copy_bytes`] copies a pair whose alignments differ, from
+//! [`LOOP_FROM`] to [`LOOP_BELOW`] bytes, with the destination less than
+//! 128 bytes ahead modulo 4 KiB, with a loop of vector loads and stores
+//! aligned on the destination (x86-64). On Zen 3 the loop kept within a
+//! few percent of an aligned copy from 32 KiB to 512 KiB at 8 to 24 bytes
+//! ahead. Every other pair goes in one `memcpy`, which on Zen 3 is level
+//! with 2 KiB pieces or faster from 32 KiB to 512 KiB at 16 bytes behind
+//! and from 144 to 3000 bytes ahead (0.96 to 1.44 times their speed in a C
+//! loop, within a few percent from Rust), and on Zen 4 took half the
+//! pieces' time or less even at 16 bytes ahead. Further
+//! ahead than a stride the loop's loads would wait behind its own stores
+//! to the same offsets modulo 4 KiB; above [`LOOP_BELOW`] `memcpy` leaves
+//! `rep movsb` for other loops by itself.
 
-/// Longest misaligned copy left to one `memcpy`, and the piece's length
-/// where there is no vector loop: under every `rep movsb` threshold in
-/// use, and long enough that the call per piece costs nothing
-/// measurable.
-pub const PIECE: usize = 2048;
+/// Longest misaligned copy left to one `memcpy` whatever the distance:
+/// under every `rep movsb` threshold in use, so `memcpy` copies it with
+/// its own vector loop.
+pub const LOOP_FROM: usize = 2048;
 
-/// Longest misaligned copy made by the vector loop or in pieces: glibc
-/// stops using `rep movsb` at about the size of a core's second-level
-/// cache (512 KiB on the processors above).
-pub const PIECEWISE_BELOW: usize = 512 << 10;
+/// Longest misaligned copy made by the vector loop: glibc stops using
+/// `rep movsb` at about the size of a core's second-level cache (512 KiB
+/// on the processors above).
+pub const LOOP_BELOW: usize = 512 << 10;
 
 /// Longest copy made inline, in two overlapping moves, rather than by a
 /// call to `memcpy`: for a message's header or a short payload the call
@@ -76,7 +75,7 @@ fn copy_long(dst: &mut [u8], src: &[u8]) {
     // How far the destination lies ahead of the source modulo a page;
     // modulo a line, how far apart their alignments are.
     let ahead = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
-    if src.len() <= PIECE || src.len() >= PIECEWISE_BELOW || ahead % 64 == 0 {
+    if src.len() <= LOOP_FROM || src.len() >= LOOP_BELOW || ahead % 64 == 0 {
         dst.copy_from_slice(src);
         return;
     }
@@ -85,7 +84,7 @@ fn copy_long(dst: &mut [u8], src: &[u8]) {
 
 /// A copy whose alignments differ, the destination `ahead` bytes past the
 /// source modulo 4 KiB: by the vector loop (x86-64) when that is less than
-/// a stride, else in pieces of [`PIECE`] bytes.
+/// a stride, else by one `memcpy`.
 #[inline]
 fn copy_misaligned(dst: &mut [u8], src: &[u8], ahead: usize) {
     #[cfg(target_arch = "x86_64")]
@@ -95,9 +94,7 @@ fn copy_misaligned(dst: &mut [u8], src: &[u8], ahead: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = ahead;
-    for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
-        d.copy_from_slice(s);
-    }
+    dst.copy_from_slice(src);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -158,9 +155,16 @@ mod tests {
 
     #[test]
     fn copies_every_byte_at_every_skew_and_length() {
-        let src: Vec<u8> = (0..3 * PIECE + 77).map(|i| (i * 7 + 3) as u8).collect();
+        let src: Vec<u8> = (0..3 * LOOP_FROM + 77).map(|i| (i * 7 + 3) as u8).collect();
         for skew in [0usize, 1, 8, 16, 48, 63] {
-            for len in [0, 1, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 77] {
+            for len in [
+                0,
+                1,
+                LOOP_FROM - 1,
+                LOOP_FROM,
+                LOOP_FROM + 1,
+                3 * LOOP_FROM + 77,
+            ] {
                 let mut dst = vec![0xAAu8; len + 64];
                 copy_bytes(&mut dst[skew..skew + len], &src[..len]);
                 assert_eq!(&dst[skew..skew + len], &src[..len]);
