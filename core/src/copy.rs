@@ -7,8 +7,9 @@
 //! order of magnitude when the destination sits a few bytes after the
 //! source (AMD Zen 3 with fast short `rep movsb`: a 64 KiB copy with the
 //! destination 16 bytes ahead moves about 3 GB/s instead of 40; Zen 4
-//! does the same for 1 to 15 bytes, and keeps its speed at 16). A transport's payload lands at
-//! whatever offset its headers leave, so that case is common.
+//! does the same for 1 to 15 bytes, and keeps its speed at 16). A
+//! transport's payload lands at whatever offset its headers leave, so
+//! that case is common.
 //!
 //! The slowdown follows where the destination falls relative to the
 //! source modulo 4 KiB, not modulo a line: it comes when the destination
@@ -21,14 +22,14 @@
 //! 128 bytes ahead modulo 4 KiB, with a loop of vector loads and stores
 //! aligned on the destination (x86-64). On Zen 3 the loop kept within a
 //! few percent of an aligned copy from 32 KiB to 512 KiB at 8 to 24 bytes
-//! ahead. Every other pair goes in one `memcpy`, which on Zen 3 is level
-//! with 2 KiB pieces or faster from 32 KiB to 512 KiB at 16 bytes behind
-//! and from 144 to 3000 bytes ahead (0.96 to 1.44 times their speed in a C
-//! loop, within a few percent from Rust), and on Zen 4 took half the
-//! pieces' time or less even at 16 bytes ahead. Further
-//! ahead than a stride the loop's loads would wait behind its own stores
-//! to the same offsets modulo 4 KiB; above [`LOOP_BELOW`] `memcpy` leaves
-//! `rep movsb` for other loops by itself.
+//! ahead. Further ahead than a stride the loop's loads would wait behind
+//! its own stores to the same offsets modulo 4 KiB. Every other pair goes
+//! in one `memcpy`, which on Zen 3 is level with 2 KiB pieces or faster
+//! from 32 KiB to 512 KiB at 16 bytes behind and from 144 to 3000 bytes
+//! ahead (0.96 to 1.44 times their speed in a C loop, within a few
+//! percent from Rust), and on Zen 4 took half the pieces' time or less
+//! even at 16 bytes ahead. Above [`LOOP_BELOW`] `memcpy` leaves `rep
+//! movsb` for other loops by itself.
 
 /// Longest misaligned copy left to one `memcpy` whatever the distance:
 /// under every `rep movsb` threshold in use, so `memcpy` copies it with
