@@ -237,7 +237,7 @@ impl Eager {
         })
     }
 
-    /// The header bytes, at the constant offsets [`read`](Self::read)
+    /// The header bytes, at the constant offsets the parser
     /// takes them from: every eager message is encoded here, inline in
     /// the sender's path.
     #[inline]
