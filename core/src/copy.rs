@@ -26,10 +26,10 @@
 //! its own stores to the same offsets modulo 4 KiB. Every other pair goes
 //! in one `memcpy`, which on Zen 3 is level with 2 KiB pieces or faster
 //! from 32 KiB to 512 KiB at 16 bytes behind and from 144 to 3000 bytes
-//! ahead (0.96 to 1.44 times their speed in a C loop, within a few
-//! percent from Rust), and on Zen 4 took half the pieces' time or less
-//! even at 16 bytes ahead. Above [`LOOP_BELOW`] `memcpy` leaves `rep
-//! movsb` for other loops by itself.
+//! ahead (`scripts/copy_skew.c`: 1.07 to 1.40 times their speed at 256
+//! KiB; within a few percent from Rust), and on Zen 4 took half the
+//! pieces' time or less even at 16 bytes ahead. Above [`LOOP_BELOW`]
+//! `memcpy` leaves `rep movsb` for other loops by itself.
 
 /// Longest misaligned copy left to one `memcpy` whatever the distance:
 /// under every `rep movsb` threshold in use, so `memcpy` copies it with
