@@ -61,8 +61,8 @@ reregistration, unmapped-get, in-place, symmetric-heap, peer-death
 memheap cases: align, random, symmetric, exhaustion, bad-free
 p2p cases: eager-and-rendezvous, wildcards, ordering, truncation,
 zero-bytes, self, many-requests, communicators, random (seeded by
-FIREOPAL_P2P_SEED), reregistration, rendezvous-by-size, given-up-send,
-given-up-recv, peer-death
+FIREOPAL_P2P_SEED), reregistration, rendezvous-by-size, rendezvous-put,
+given-up-send, given-up-recv, peer-death
 shmem cases: heap, put-get, nonblocking, atomics, signal, small-puts,
 bad-arguments
 ";

@@ -13,7 +13,7 @@ use fireopal_tests::{
 };
 
 /// Every case of the suite, in run order.
-const CASES: [&str; 14] = [
+const CASES: [&str; 15] = [
     "eager-and-rendezvous",
     "wildcards",
     "ordering",
@@ -25,6 +25,7 @@ const CASES: [&str; 14] = [
     "random",
     "reregistration",
     "rendezvous-by-size",
+    "rendezvous-put",
     "given-up-send",
     "given-up-recv",
     "peer-death",
@@ -116,7 +117,10 @@ fn assert_passed(out: &RunOutput, what: &str, ranks: u32, cases: &[&str]) {
             let na = format!("rank {rank}: N/A {case}: ");
             let may_not_apply = (ranks == 1
                 && matches!(*case, "peer-death" | "given-up-send" | "given-up-recv"))
-                || matches!(*case, "reregistration" | "rendezvous-by-size");
+                || matches!(
+                    *case,
+                    "reregistration" | "rendezvous-by-size" | "rendezvous-put"
+                );
             let skipped = may_not_apply && out.stdout.contains(&na);
             not_applicable += usize::from(skipped);
             assert!(
@@ -256,13 +260,41 @@ fn every_shm_rendezvous_in_eager_fragments_by_the_read_threshold() {
 
 /// Over tcp, whose peer serves reads over the stream its sends take, a
 /// receiver reads one rendezvous from a peer at a time and asks the
-/// sender to send the others (`p2p_rget_reads=1`, the default); with no
-/// bound every rendezvous is read. A small eager limit makes most of the
-/// suite's messages rendezvous, many of them in flight at once.
+/// sender to move the others (`p2p_rget_reads=1`, the default): to put
+/// those of `p2p_put_min` bytes or more into the receive buffer, to send
+/// the rest; with no bound every rendezvous is read. A small eager limit
+/// makes most of the suite's messages rendezvous, many of them in flight
+/// at once; the jobs put those from the default 512 KiB, every one, and
+/// none.
 #[test]
-fn tcp_rendezvous_read_or_sent_by_the_bound_on_reads() {
+fn tcp_rendezvous_read_put_or_sent_by_the_bound_on_reads() {
+    let put = |params: &[&str]| {
+        let out = Job {
+            params,
+            ..Job::new("self,tcp", 3)
+        }
+        .passes();
+        for rank in [0, 1] {
+            let passed = format!("rank {rank}: PASS rendezvous-put (");
+            assert!(
+                out.stdout.contains(&passed),
+                "{params:?}: missing {passed:?}\n{}",
+                out.stdout
+            );
+        }
+    };
+    put(&["btl_tcp_if_include=lo", "p2p_eager_limit=1024"]);
+    put(&[
+        "btl_tcp_if_include=lo",
+        "p2p_eager_limit=1024",
+        "p2p_put_min=1025",
+    ]);
     Job {
-        params: &["btl_tcp_if_include=lo", "p2p_eager_limit=1024"],
+        params: &[
+            "btl_tcp_if_include=lo",
+            "p2p_eager_limit=1024",
+            "p2p_put_min=0",
+        ],
         ..Job::new("self,tcp", 3)
     }
     .passes();

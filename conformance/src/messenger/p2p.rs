@@ -98,7 +98,7 @@ pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (`peer-death` leaves the job one
 /// rank short, so it is last).
-pub const CASES: [(&str, Case); 14] = [
+pub const CASES: [(&str, Case); 15] = [
     ("eager-and-rendezvous", case_eager_and_rendezvous),
     ("wildcards", case_wildcards),
     ("ordering", case_ordering),
@@ -110,6 +110,7 @@ pub const CASES: [(&str, Case); 14] = [
     ("random", random::case_random),
     ("reregistration", registration::case_reregistration),
     ("rendezvous-by-size", protocols::case_rendezvous_by_size),
+    ("rendezvous-put", protocols::case_rendezvous_put),
     ("given-up-send", given_up::case_given_up_send),
     ("given-up-recv", given_up::case_given_up_recv),
     ("peer-death", death::case_peer_death),

@@ -53,6 +53,9 @@ pub(super) struct Config {
     /// them, beyond which its further rendezvous take the pipeline (0: no
     /// bound).
     pub(super) rget_reads: u32,
+    /// Smallest rendezvous beyond that bound the sender puts straight
+    /// into the receive buffer, on routes with `put` (0: never).
+    pub(super) put_min: u64,
     stall: Option<Duration>,
 }
 
@@ -120,6 +123,7 @@ impl P2p {
             split_min: uint("p2p_split_min"),
             rget: params.str_value("p2p_rendezvous") != Some("pipeline"),
             rget_reads: u32::try_from(uint("p2p_rget_reads")).unwrap_or(u32::MAX),
+            put_min: uint("p2p_put_min"),
             stall: match uint("p2p_stall_limit") {
                 0 => None,
                 s => Some(Duration::from_secs(s)),
@@ -716,8 +720,14 @@ impl P2p {
             .collect();
         let mut registrations = Vec::new();
         for id in waiting {
-            if let Some(ReqState::Send(out)) = proto.reqs.get_mut(&id).map(|r| &mut r.state) {
-                registrations.extend(out.registration.take());
+            match proto.reqs.get_mut(&id).map(|r| &mut r.state) {
+                Some(ReqState::Send(out)) => registrations.extend(out.registration.take()),
+                // The buffer a failed sender was to write.
+                Some(ReqState::Recv { rndv: Some(v), .. }) => {
+                    registrations.extend(v.registration.take());
+                    registrations.extend(v.split.as_mut().and_then(|s| s.registration.take()));
+                }
+                _ => {}
             }
             proto.complete(id, Err(error.clone()));
         }

@@ -31,12 +31,15 @@
 //!   fragments (**pipeline**; `p2p_rendezvous=pipeline` takes it on every
 //!   route). Where the peer's own progress serves the read over the
 //!   stream its sends take (tcp), a receiver with `p2p_rget_reads` reads
-//!   from that peer in flight asks for the pipeline instead: a lone
-//!   message is read, a window of them is sent. The sender's request
-//!   completes when the receiver answers FIN. On routes whose `put` and `get` are copies by
-//!   the caller's processor (shm), a message of at least `p2p_split_min`
-//!   bytes is *split*: the receiver reads its head while the sender, asked
-//!   by an ACK, writes its tail, so two processors copy it.
+//!   from that peer in flight has the sender move the message instead: a
+//!   lone message is read, a window of them is written by the sender,
+//!   with `put` straight into the receive buffer from `p2p_put_min`
+//!   bytes on (**RPUT**), else sent in fragments. The sender's request
+//!   completes when the receiver answers FIN. On routes whose `put` and
+//!   `get` are copies by the caller's processor (shm), a message of at
+//!   least `p2p_split_min` bytes is *split*: the receiver reads its head
+//!   while the sender, asked by an ACK, writes its tail, so two
+//!   processors copy it.
 //! - **Flow control**: a sender may have `p2p_eager_credits` eager
 //!   messages unconsumed at each receiver; the receiver credits them back
 //!   as receives take them, on its next eager message to that sender, or
@@ -132,6 +135,11 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
             "p2p_rget_reads",
             ParamValue::UInt(1),
             "on routes whose get the peer's own progress serves (tcp): rendezvous reads in flight from one peer beyond which its further rendezvous are sent by the sender (pipeline); 0 never",
+        ),
+        ParamSpec::new(
+            "p2p_put_min",
+            ParamValue::Size(512 << 10),
+            "smallest rendezvous message that a receiver at its p2p_rget_reads bound asks the sender to put straight into the receive buffer, on routes with put; smaller ones are sent in fragments; 0 never",
         ),
         ParamSpec::new(
             "p2p_split_min",

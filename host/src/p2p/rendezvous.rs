@@ -1,7 +1,9 @@
 //! The rendezvous between the two endpoints once a receive has matched an
-//! RTS: the receiver reads the sender's buffer (RGET), or asks with a CTS
-//! for the data to be sent (the pipeline); the sender answers a CTS, or a
-//! CANCEL if its caller gave the send up; the FIN that ends both sides.
+//! RTS: the receiver reads the sender's buffer (RGET), asks with an ACK
+//! for it to be written into the receive buffer (RPUT, in `split`), or
+//! asks with a CTS for the data to be sent (the pipeline); the sender
+//! answers a CTS, or a CANCEL if its caller gave the send up; the FIN
+//! that ends both sides.
 
 #![allow(unsafe_code)]
 
@@ -47,8 +49,8 @@ impl P2p {
         let (peer, ptr, take, address) = (r.peer, target.ptr, r.take, r.address);
         // Where the peer's own progress serves reads over the stream its
         // sends take (tcp), one read gives a lone message its lowest
-        // latency, and a window of them streams faster sent: a
-        // rendezvous beyond the bound asks the sender to send it.
+        // latency, and a window of them streams faster moved by the
+        // sender: a rendezvous beyond the bound asks the sender for it.
         let served = self
             .messenger
             .attributes(peer)
@@ -65,6 +67,13 @@ impl P2p {
             return;
         }
         if sent {
+            // A large message is put straight into the receive buffer,
+            // which saves the copy out of the transport's buffer; a
+            // smaller one is sent, which takes two messages fewer.
+            let put_min = self.config.put_min;
+            if put_min > 0 && take as u64 >= put_min && self.ask_to_write(id, peer, ptr, take, 0) {
+                return;
+            }
             return self.ask_to_send(peer, sender_request, id);
         }
         // A split message's head only; the sender writes the rest.

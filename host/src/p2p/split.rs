@@ -13,6 +13,10 @@
 //! stays (the sender may be writing it), and so do the sender's bytes
 //! until its write is done. A message of fewer than `p2p_split_min` bytes
 //! (or a truncated one, or one to oneself) is read whole by the receiver.
+//!
+//! The same exchange from offset 0 is the RPUT rendezvous: a receiver
+//! that does not read a large message (tcp, beyond `p2p_rget_reads`)
+//! asks the sender to write all of it, straight into the receive buffer.
 
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion, Rank};
 use fireopal_core::wire::p2p::{Ack, FinStatus, PutDone};
@@ -30,7 +34,6 @@ impl P2p {
     /// Offers the sender the tail of rendezvous `id` (`take` bytes at
     /// `ptr`, all of the message): the offset it starts at, once the `Ack`
     /// is sent, or `None` to read it whole.
-    #[allow(unsafe_code)]
     pub(super) fn offer_split(
         &mut self,
         id: ReqId,
@@ -39,43 +42,70 @@ impl P2p {
         take: usize,
     ) -> Option<usize> {
         let min = self.config.split_min;
-        if min == 0 || (take as u64) < min || peer == self.messenger.rank() {
+        if min == 0 || (take as u64) < min {
             return None;
         }
         let flags = self.messenger.attributes(peer)?.flags;
-        if !flags.contains(BtlFlags::INITIATOR_COPIES | BtlFlags::PUT) {
+        if !flags.contains(BtlFlags::INITIATOR_COPIES) {
             return None;
+        }
+        let offset = (take / 2) & !(SPLIT_ALIGN - 1);
+        (offset > 0 && self.ask_to_write(id, peer, ptr, take, offset)).then_some(offset)
+    }
+
+    /// Asks the sender of rendezvous `id` (`take` bytes at `ptr`) to
+    /// `put` the message from `offset` on straight into the receive
+    /// buffer; `offset` 0 has it write the whole message. False, with
+    /// nothing sent, where the route cannot take it: no `put`, a
+    /// truncated message, a message to oneself, or no registration.
+    #[allow(unsafe_code)]
+    pub(super) fn ask_to_write(
+        &mut self,
+        id: ReqId,
+        peer: Rank,
+        ptr: *mut u8,
+        take: usize,
+        offset: usize,
+    ) -> bool {
+        if peer == self.messenger.rank()
+            || !self
+                .messenger
+                .attributes(peer)
+                .is_some_and(|a| a.flags.contains(BtlFlags::PUT))
+        {
+            return false;
         }
         let (sender_request, length) = {
             let proto = self.proto.borrow();
             match proto.reqs.get(&id).map(|q| &q.state) {
                 Some(ReqState::Recv { rndv: Some(r), .. }) => (r.sender_request, r.length),
-                _ => return None,
+                _ => return false,
             }
         };
-        let offset = (take / 2) & !(SPLIT_ALIGN - 1);
-        if length != take as u64 || offset == 0 {
-            return None;
+        if length != take as u64 || offset >= take {
+            return false;
         }
-        // SAFETY: `offset < take <= cap`: the tail lies in the receive
+        // SAFETY: `offset < take <= cap`: the part lies in the receive
         // buffer, which stays until the sender said it is done writing.
-        let tail = unsafe { MemRegion::new(ptr.add(offset), take - offset) };
-        let handle = self
+        let part = unsafe { MemRegion::new(ptr.add(offset), take - offset) };
+        let Ok(handle) = self
             .messenger
-            .register_memory(peer, tail, Access::REMOTE_WRITE)
-            .ok()?;
+            .register_memory(peer, part, Access::REMOTE_WRITE)
+        else {
+            return false;
+        };
         let ack = Ack {
             sender_request,
             receiver_request: id,
             offset: offset as u64,
-            address: tail.addr() as u64,
+            address: part.addr() as u64,
             key: handle.remote_key(),
         }
         .encode();
         let sent = ack.is_some_and(|a| self.messenger.send_layer(peer, TAG_P2P, &a, &[]).is_ok());
         if !sent {
             let _ = self.messenger.deregister_memory(handle);
-            return None;
+            return false;
         }
         if let Some(ReqState::Recv { rndv: Some(r), .. }) = self
             .proto
@@ -91,10 +121,11 @@ impl P2p {
                 registration: Some(handle),
             }));
         }
-        Some(offset)
+        true
     }
 
-    /// The receiver asked for the tail of send `id` from `offset` on.
+    /// The receiver asked for send `id` to be written from `offset` on
+    /// (0: all of it).
     #[allow(unsafe_code, clippy::too_many_arguments)]
     pub(super) fn put_tail(
         &mut self,
@@ -114,10 +145,7 @@ impl P2p {
             drop(proto);
             return self.violation(peer, id);
         }
-        let Some(start) = usize::try_from(offset)
-            .ok()
-            .filter(|&o| o > 0 && o < out.len)
-        else {
+        let Some(start) = usize::try_from(offset).ok().filter(|&o| o < out.len) else {
             drop(proto);
             let violation = Violation::DataOutOfRange(id);
             return self.fail_peer(peer, P2pError::Protocol { peer, violation });
