@@ -55,10 +55,12 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(!out.timed_out, "timed out\n{report}");
     assert_eq!(out.code, Some(0), "{report}");
+    // Every case applies: `rendezvous-put` goes from rank 0 to rank 3,
+    // across the two links.
     for rank in 0..4 {
         assert!(
             out.stdout
-                .contains(&format!("rank {rank}: 14 passed, 0 failed")),
+                .contains(&format!("rank {rank}: 15 passed, 0 failed")),
             "rank {rank}\n{report}"
         );
     }

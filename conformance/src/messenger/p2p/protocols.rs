@@ -127,29 +127,32 @@ const TAG_PUT: i32 = 963;
 /// reads in flight from a peer has a further rendezvous of at least
 /// `p2p_put_min` bytes put into its buffer by the sender.
 ///
-/// Rank 0 sends two such messages; rank 1 waits until both have arrived
-/// (a probe of the second), then posts the two receives back to back:
-/// the first starts a read, which cannot end before rank 1 next reads
-/// its socket, so the second is matched with that read in flight and
-/// must be written. Rank 1's registration cache is looked up only for
-/// that write (a read registers nothing at the receiver on such a
-/// route), and both buffers must hold what was sent.
+/// Rank 0 sends two such messages to the last rank, which waits until
+/// both have arrived (a probe of the second), then posts the two
+/// receives back to back: the first starts a read, which cannot end
+/// before the receiver next reads its socket, so the second is matched
+/// with that read in flight and must be written. The receiver's
+/// registration cache is looked up only for that write (a read
+/// registers nothing at the receiver on such a route), and both buffers
+/// must hold what was sent.
 pub(super) fn case_rendezvous_put(c: &mut Ctx) -> Result<Outcome, String> {
     if c.size < 2 {
         return Ok(Outcome::NotApplicable("needs 2 ranks".into()));
     }
     let world = c.world.clone();
     c.barrier()?;
-    // Rank 0 sizes the messages from its route to rank 1 and tells it.
+    // Rank 0 sizes the messages from its route to the last rank (on
+    // another node in a job of several) and tells it.
+    let last = c.size - 1;
     let len = match c.rank {
         0 => {
-            let len = put_len(c).unwrap_or(0);
+            let len = put_len(c, last).unwrap_or(0);
             c.rt.p2p()
-                .send(&world, 1, TAG_PLAN, &(len as u64).to_le_bytes())
+                .send(&world, last, TAG_PLAN, &(len as u64).to_le_bytes())
                 .map_err(fail("the plan"))?;
             len
         }
-        1 => {
+        r if r == last => {
             let mut word = [0u8; 8];
             c.rt.p2p()
                 .recv(&world, Source::Rank(0), Tag::Tag(TAG_PLAN), &mut word)
@@ -164,16 +167,16 @@ pub(super) fn case_rendezvous_put(c: &mut Ctx) -> Result<Outcome, String> {
     let data = |which: u64| pattern(key(&[31, which, len as u64]), len);
     let outcome = match (c.rank, len) {
         (_, 0) => Outcome::NotApplicable(
-            "no rendezvous from rank 0 to rank 1 is put by the sender: the route reads every one, has no put, or p2p_put_min or p2p_rget_reads is 0".into(),
+            "no rendezvous from rank 0 to the last rank is put by the sender: the route reads every one, has no put, or p2p_put_min or p2p_rget_reads is 0".into(),
         ),
         (0, _) => {
             let p2p = c.rt.p2p();
             let sends = vec![
-                p2p.isend(&world, 1, TAG_READ, data(0)),
-                p2p.isend(&world, 1, TAG_PUT, data(1)),
+                p2p.isend(&world, last, TAG_READ, data(0)),
+                p2p.isend(&world, last, TAG_PUT, data(1)),
             ];
             for (i, r) in p2p.waitall(sends).into_iter().enumerate() {
-                r.map_err(|f| format!("send {i} of {len} bytes to rank 1: {}", f.error))?;
+                r.map_err(|f| format!("send {i} of {len} bytes to rank {last}: {}", f.error))?;
             }
             Outcome::Passed
         }
@@ -211,10 +214,10 @@ pub(super) fn case_rendezvous_put(c: &mut Ctx) -> Result<Outcome, String> {
     Ok(outcome)
 }
 
-/// The size of the `rendezvous-put` case's messages on the route to rank
-/// 1, when it puts some: a rendezvous the route reads, of at least
+/// The size of the `rendezvous-put` case's messages on the route to
+/// `peer`, when it puts some: a rendezvous the route reads, of at least
 /// `p2p_put_min` bytes.
-fn put_len(c: &mut Ctx) -> Option<usize> {
+fn put_len(c: &mut Ctx, peer: u32) -> Option<usize> {
     let params = c.rt.registry().params();
     let uint = |name: &str| match params.value(name) {
         Some(ParamValue::UInt(v) | ParamValue::Size(v)) => Some(*v),
@@ -222,8 +225,8 @@ fn put_len(c: &mut Ctx) -> Option<usize> {
     };
     let (reads, put_min) = (uint("p2p_rget_reads")?, uint("p2p_put_min")?);
     let pipeline = params.str_value("p2p_rendezvous") == Some("pipeline");
-    let eager = c.eager.get(1).copied()?;
-    let a = c.rt.messenger().attributes(1)?;
+    let eager = c.eager.get(peer as usize).copied()?;
+    let a = c.rt.messenger().attributes(peer)?;
     let served = a
         .flags
         .contains(BtlFlags::GET | BtlFlags::PUT | BtlFlags::TARGET_SERVES_RDMA)
