@@ -1,6 +1,6 @@
 //! The one-sided cases of the messenger suite: put, get, atomics,
 //! signals, `quiet` and the collective heap calls through
-//! [`Shmem`](fireopal::shmem::Shmem), on every PE of a job started with
+//! [`Shmem`], on every PE of a job started with
 //! [`Runtime`], over whatever paths the job has (mappings between
 //! node-local PEs, the transports otherwise).
 //!
