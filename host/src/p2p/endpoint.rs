@@ -50,8 +50,8 @@ pub(super) struct Config {
     /// pipeline).
     rget: bool,
     /// Reads in flight from one peer, on a route whose target serves
-    /// them, beyond which its further rendezvous take the pipeline (0: no
-    /// bound).
+    /// them, beyond which its further rendezvous are moved by the sender
+    /// (0: no bound).
     pub(super) rget_reads: u32,
     /// Smallest rendezvous beyond that bound the sender puts straight
     /// into the receive buffer, on routes with `put` (0: never).

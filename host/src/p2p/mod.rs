@@ -134,7 +134,7 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
         ParamSpec::new(
             "p2p_rget_reads",
             ParamValue::UInt(1),
-            "on routes whose get the peer's own progress serves (tcp): rendezvous reads in flight from one peer beyond which its further rendezvous are sent by the sender (pipeline); 0 never",
+            "on routes whose get the peer's own progress serves (tcp): rendezvous reads in flight from one peer beyond which its further rendezvous are moved by the sender (put from p2p_put_min bytes, else the pipeline); 0 never",
         ),
         ParamSpec::new(
             "p2p_put_min",
