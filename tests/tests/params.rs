@@ -197,6 +197,76 @@ fn info_in_a_job_names_the_interfaces_tcp_listens_on() {
     }
 }
 
+/// The congestion control each rank's tcp connection reports at
+/// `log_level=info`, under `param`.
+fn congestion_of_connections(param: &str) -> Vec<String> {
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let host = host.to_str().expect("a UTF-8 path");
+    let args = [
+        "run",
+        "-n",
+        "2",
+        "--param",
+        "btl_tcp_if_include=lo",
+        "--param",
+        "log_level=info",
+        "--param",
+        param,
+        "--",
+        host,
+        "bench",
+        "p2p",
+        "--btl",
+        "tcp",
+        "--quick",
+        "--sizes",
+        "8",
+    ];
+    let out = fireopal(&[], &args);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    out.stderr
+        .lines()
+        .filter(|l| l.contains("connected to rank"))
+        .map(|l| {
+            l.rsplit("congestion control ")
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn tcp_connections_within_the_host_use_reno_unless_told_otherwise() {
+    assert_eq!(
+        congestion_of_connections("btl_tcp_congestion=auto"),
+        ["reno", "reno"]
+    );
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("the system's congestion control");
+    let system = system.trim();
+    assert_eq!(
+        congestion_of_connections("btl_tcp_congestion=system"),
+        [system, system]
+    );
+}
+
+#[test]
+fn tcp_refuses_a_congestion_control_the_kernel_lacks_by_name() {
+    let out = in_a_job_of_two(
+        "btl_tcp_congestion=no-such-cc",
+        &["bench", "p2p", "--btl", "tcp", "--quick", "--sizes", "8"],
+    );
+    assert_ne!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(
+            "btl_tcp_congestion: cannot use \"no-such-cc\": this kernel has no such algorithm"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn shm_refuses_a_read_threshold_under_its_eager_limit_by_name() {
     let out = in_a_job_of_two(

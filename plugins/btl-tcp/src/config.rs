@@ -40,6 +40,7 @@ pub(crate) mod names {
     pub(crate) const PRIORITY: &str = "btl_tcp_priority";
     pub(crate) const LATENCY: &str = "btl_tcp_latency_ns";
     pub(crate) const BANDWIDTH: &str = "btl_tcp_bandwidth_mbps";
+    pub(crate) const CONGESTION: &str = "btl_tcp_congestion";
 }
 
 /// Longest active-message header.
@@ -166,6 +167,11 @@ pub(crate) fn register(r: &mut ParamRegistrar<'_>) -> Result<(), PluginError> {
         ACK_TIMEOUT,
         ParamValue::UInt(DEFAULT_ACK_TIMEOUT_MS),
         "milliseconds the peer's machine may leave data in flight unacknowledged (retransmitted, or its zero window unanswered) before the peer is failed (0: only the kernel's limit, about fifteen minutes); a peer that stops reading still acknowledges and is not failed",
+    )?;
+    r.register(
+        CONGESTION,
+        text("auto"),
+        "congestion control of the connections: auto (reno between ranks of one host, the system's default to other hosts), system (the system's default everywhere), or an algorithm's name for every connection (unprivileged, one of net.ipv4.tcp_allowed_congestion_control)",
     )?;
     r.register(
         PRIORITY,
@@ -308,6 +314,64 @@ pub(crate) fn select_interfaces(
         .collect()
 }
 
+/// The congestion control algorithm of the module's connections
+/// (`btl_tcp_congestion`).
+///
+/// Within a host the choice decides how fast a large write leaves: the
+/// loopback device reorders segments written from both cores, so BBR (a
+/// common system default) holds a window of about a megabyte and a 4 MiB
+/// message waits on acknowledgements where Reno's window lets it go in
+/// one write (a lone 4 MiB get takes nearly twice as long; the benchmark
+/// document has the figures). Between hosts the network is the
+/// administrator's to share, so the system's choice stays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Congestion {
+    /// Reno to peers on this host, the system's default to others.
+    Auto,
+    /// The system's default everywhere.
+    System,
+    /// This algorithm on every connection.
+    Named(String),
+}
+
+/// What `auto` chooses within a host: every kernel has it and lets
+/// unprivileged processes choose it.
+pub(crate) const HOST_CONGESTION: &str = "reno";
+
+impl Congestion {
+    /// Reads a value of `btl_tcp_congestion`.
+    pub(crate) fn parse(value: &str) -> Result<Self, ConfigError> {
+        match value.trim() {
+            "" | "auto" => Ok(Self::Auto),
+            "system" => Ok(Self::System),
+            name if name.len() < crate::sys::CONGESTION_NAME_MAX
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+            {
+                Ok(Self::Named(name.to_owned()))
+            }
+            other => Err(bad(
+                names::CONGESTION,
+                format!(
+                    "{other:?} is not auto, system or an algorithm's name (letters, digits, '_' or '-', at most {} bytes)",
+                    crate::sys::CONGESTION_NAME_MAX - 1
+                ),
+            )),
+        }
+    }
+
+    /// The algorithm for a connection to `peer`, where `host` lists this
+    /// host's addresses; `None` leaves the system's default.
+    pub(crate) fn for_peer(&self, peer: IpAddr, host: &[IpAddr]) -> Option<&str> {
+        match self {
+            Self::Auto if peer.is_loopback() || host.contains(&peer) => Some(HOST_CONGESTION),
+            Self::Auto | Self::System => None,
+            Self::Named(name) => Some(name),
+        }
+    }
+}
+
 /// Resolved settings of one process's modules.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -336,6 +400,11 @@ pub(crate) struct Settings {
     pub(crate) priority: u32,
     pub(crate) latency_ns: u32,
     pub(crate) bandwidth_mbps: u32,
+    /// Congestion control of the connections (`btl_tcp_congestion`).
+    pub(crate) congestion: Congestion,
+    /// Every address of this host's interfaces, which `auto` congestion
+    /// control treats as this host (filled when the modules open).
+    pub(crate) host_ips: Vec<IpAddr>,
 }
 
 fn size(host: &Host, name: &'static str, default: u64) -> Result<usize, ConfigError> {
@@ -457,6 +526,8 @@ impl Settings {
             priority: small(host, PRIORITY, DEFAULT_PRIORITY)?,
             latency_ns: small(host, LATENCY, DEFAULT_LATENCY_NS)?,
             bandwidth_mbps: small(host, BANDWIDTH, DEFAULT_BANDWIDTH_MBPS)?,
+            congestion: Congestion::parse(&host.param_str(CONGESTION).unwrap_or_default())?,
+            host_ips: Vec::new(),
         })
     }
 
@@ -555,6 +626,37 @@ mod tests {
             names_of(&select_interfaces(&machine(), &s, false)),
             ["eth0=192.0.2.2"]
         );
+    }
+
+    #[test]
+    fn congestion_is_reno_within_the_host_under_auto() {
+        let host: Vec<IpAddr> = vec!["192.0.2.2".parse().unwrap()];
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let lo6: IpAddr = "::1".parse().unwrap();
+        let own: IpAddr = "192.0.2.2".parse().unwrap();
+        let other: IpAddr = "192.0.2.3".parse().unwrap();
+        for value in ["", "auto", " auto "] {
+            let c = Congestion::parse(value).unwrap();
+            assert_eq!(c, Congestion::Auto);
+            for peer in [lo, lo6, own] {
+                assert_eq!(c.for_peer(peer, &host), Some(HOST_CONGESTION), "{peer}");
+            }
+            assert_eq!(c.for_peer(other, &host), None);
+        }
+        let system = Congestion::parse("system").unwrap();
+        assert_eq!(system.for_peer(lo, &host), None);
+        let named = Congestion::parse("cubic").unwrap();
+        assert_eq!(named.for_peer(lo, &host), Some("cubic"));
+        assert_eq!(named.for_peer(other, &host), Some("cubic"));
+    }
+
+    #[test]
+    fn a_congestion_value_that_cannot_be_a_name_is_refused_by_name() {
+        for value in ["a b", "x;y", "sixteen-letters!", "abcdefghijklmnop"] {
+            let e = Congestion::parse(value).unwrap_err();
+            assert!(e.to_string().starts_with("btl_tcp_congestion"), "{e}");
+        }
+        assert!(Congestion::parse("abcdefghijklmno").is_ok(), "15 bytes fit");
     }
 
     #[test]

@@ -83,6 +83,9 @@ impl TcpModule {
             self.make_room(remote.map(|a| a.ip()), now);
             // Best effort: latency only.
             let _ = sock.set_nodelay();
+            if let Some(addr) = remote {
+                self.choose_congestion(&sock, addr, &format!("from {from}"));
+            }
             if let Err(e) =
                 sock.set_liveness(self.settings.keepalive, self.settings.user_timeout_ms)
             {
@@ -553,6 +556,7 @@ impl TcpModule {
         conn.deadline = None;
         conn.rx = Some(Box::new(Rx::new(staging)));
         let local = conn.sock.local_addr().ok();
+        let congestion = conn.sock.congestion().ok();
         let who = conn.describe();
         if let Some(p) = self.peers.get_mut(&rank) {
             p.state = PeerState::Established(id);
@@ -561,8 +565,9 @@ impl TcpModule {
         self.log(
             LogLevel::Info,
             &format!(
-                "connected to {who} from {}",
-                local.map_or_else(|| "?".to_owned(), |a| a.to_string())
+                "connected to {who} from {}, congestion control {}",
+                local.map_or_else(|| "?".to_owned(), |a| a.to_string()),
+                congestion.as_deref().unwrap_or("?")
             ),
         );
         self.flush(rank);

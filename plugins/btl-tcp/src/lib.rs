@@ -13,10 +13,15 @@
 //! `links`, `eager_limit`, `max_send_size`, `sndbuf` / `rcvbuf`,
 //! `write_chunk`, `sendi_batch`, `recv_staging`, `handshake_timeout_ms`,
 //! `max_unauthenticated`, `keepalive_time` / `keepalive_intvl` /
-//! `keepalive_probes`, `ack_timeout_ms`, `user_timeout_ms`, `priority`,
-//! `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
+//! `keepalive_probes`, `ack_timeout_ms`, `user_timeout_ms`, `congestion`,
+//! `priority`, `latency_ns`, `bandwidth_mbps`; `fireopal info` shows their
 //! help. Every process of a job must use the same `max_send_size` (it is
 //! also the largest frame a receiver accepts).
+//!
+//! Connections between ranks of one host use Reno congestion control
+//! (`congestion`, see `config::Congestion`): over loopback the common
+//! default, BBR, keeps about a megabyte in flight and makes a large
+//! message wait for acknowledgements.
 //!
 //! A peer that closes its connection is failed at once. One that goes
 //! silent without closing it (its machine died, the network between was
@@ -68,7 +73,7 @@ use fireopal_core::wire::tcp::address::{encode_addresses, AddressEntry, Interfac
 
 pub use module::TcpModule;
 
-use config::Settings;
+use config::{Congestion, Settings};
 use sys::Socket;
 
 /// The `tcp` component.
@@ -124,8 +129,27 @@ impl BtlComponentImpl for TcpComponent {
     }
 
     fn open(host: Host) -> Result<Vec<TcpModule>, PluginError> {
-        let settings = Settings::from_host(&host)?;
+        let mut settings = Settings::from_host(&host)?;
         let interfaces = settings.interfaces()?;
+        settings.host_ips = sys::interface_addresses()
+            .map(|all| all.into_iter().map(|a| a.ip).collect())
+            .unwrap_or_default();
+        if let Congestion::Named(name) = &settings.congestion {
+            sys::try_congestion(name).map_err(|e| {
+                let why = match e.raw_os_error() {
+                    Some(libc::ENOENT) => "this kernel has no such algorithm".to_owned(),
+                    Some(libc::EPERM) => "only a privileged process may choose it".to_owned(),
+                    _ => e.to_string(),
+                };
+                let allowed = sys::allowed_congestion()
+                    .map(|a| format!("; allowed here: {a}"))
+                    .unwrap_or_default();
+                PluginError::invalid(format!(
+                    "{}: cannot use {name:?}: {why}{allowed}",
+                    config::names::CONGESTION
+                ))
+            })?;
+        }
         let mut entries = Vec::new();
         let mut listeners = Vec::new();
         for iface in &interfaces {

@@ -22,6 +22,26 @@ impl TcpModule {
         )
     }
 
+    /// Gives the connection `sock` (to or from `addr`; `which` names it
+    /// in the log) the congestion control `btl_tcp_congestion` chooses. A
+    /// refusal leaves the system's default and is logged: the connection
+    /// works either way.
+    pub(crate) fn choose_congestion(&self, sock: &Socket, addr: SocketAddr, which: &str) {
+        let Some(name) = self
+            .settings
+            .congestion
+            .for_peer(addr.ip(), &self.settings.host_ips)
+        else {
+            return;
+        };
+        if let Err(e) = sock.set_congestion(name) {
+            self.log(
+                LogLevel::Warn,
+                &format!("cannot give the connection {which} the congestion control {name}: {e}"),
+            );
+        }
+    }
+
     /// Starts connecting to `rank` (which must be Idle).
     pub(crate) fn connect(&mut self, rank: Rank) -> Result<(), PluginError> {
         let Some(peer) = self.peers.get(&rank) else {
@@ -52,6 +72,7 @@ impl TcpModule {
                 &format!("cannot set the dead-peer timeouts of the connection to rank {rank}: {e}"),
             );
         }
+        self.choose_congestion(&sock, target.addr, &format!("to rank {rank}"));
         let deadline = Instant::now() + self.settings.handshake_timeout;
         let mut conn = crate::conn::Conn::new(sock, Phase::Connecting, Some(rank), deadline);
         conn.remote = Some(target.addr);

@@ -373,6 +373,46 @@ impl Socket {
         self.set_int(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, v)
     }
 
+    /// Sets the connection's congestion control algorithm
+    /// (`TCP_CONGESTION`). An unprivileged process may choose only those
+    /// in [`allowed_congestion`].
+    pub(crate) fn set_congestion(&self, name: &str) -> io::Result<()> {
+        let len = libc::socklen_t::try_from(name.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: the option value points to `len` live bytes of `name`;
+        // the kernel reads at most that many.
+        check(unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                name.as_ptr().cast(),
+                len,
+            )
+        })
+        .map(drop)
+    }
+
+    /// The connection's congestion control algorithm.
+    pub(crate) fn congestion(&self) -> io::Result<String> {
+        let mut buf = [0u8; CONGESTION_NAME_MAX];
+        let mut len = buf.len() as libc::socklen_t;
+        // SAFETY: `buf` has room for `len` bytes, which the kernel may
+        // write and then sets `len` to what it wrote.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+            )
+        })?;
+        let name = &buf[..(len as usize).min(buf.len())];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+    }
+
     /// Disables Nagle's algorithm: small messages leave at once.
     pub(crate) fn set_nodelay(&self) -> io::Result<()> {
         self.set_int(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
@@ -535,6 +575,25 @@ pub(crate) struct InterfaceAddress {
     pub(crate) loopback: bool,
 }
 
+/// Longest congestion control name the kernel keeps, with its NUL
+/// (`TCP_CA_NAME_MAX`).
+pub(crate) const CONGESTION_NAME_MAX: usize = 16;
+
+/// Whether the kernel lets this process give a connection the congestion
+/// control `name`: tried on a socket that never connects.
+pub(crate) fn try_congestion(name: &str) -> io::Result<()> {
+    let s = Socket::new(&SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    s.set_congestion(name)
+}
+
+/// The congestion control algorithms an unprivileged process may choose
+/// (`net.ipv4.tcp_allowed_congestion_control`), for error messages.
+pub(crate) fn allowed_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
 /// Every IPv4 and IPv6 address of every interface, in the kernel's order.
 pub(crate) fn interface_addresses() -> io::Result<Vec<InterfaceAddress>> {
     let mut head = MaybeUninit::<*mut libc::ifaddrs>::uninit();
@@ -645,6 +704,25 @@ mod tests {
             .expect("the peer's kernel acknowledges");
         assert!(!state.stalled(), "{state:?}");
         assert!(state.since_ack_ms < 60_000, "{state:?}");
+    }
+
+    #[test]
+    fn a_connection_takes_the_congestion_control_it_is_given() {
+        let sizes = BufferSizes { send: 0, recv: 0 };
+        let listener = Socket::listen("127.0.0.1:0".parse().unwrap(), sizes).unwrap();
+        let client = Socket::connect(listener.local_addr().unwrap(), sizes).unwrap();
+        // Every kernel has Reno and lets anyone choose it.
+        client.set_congestion("reno").unwrap();
+        assert_eq!(client.congestion().unwrap(), "reno");
+        try_congestion("reno").unwrap();
+        let e = client.set_congestion("no-such-cc").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+        assert_eq!(
+            client.congestion().unwrap(),
+            "reno",
+            "unchanged by a refusal"
+        );
+        assert!(try_congestion("no-such-cc").is_err());
     }
 
     #[test]
