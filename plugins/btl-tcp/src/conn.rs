@@ -135,6 +135,10 @@ pub(crate) struct Conn {
     /// the peer's sends are failed, and what it sent before is still read;
     /// the failure is reported with this error once reading ends.
     pub(crate) draining: Option<PluginError>,
+    /// Most bytes per `sendmsg` while frames queue behind each other, set
+    /// when the connection is established (see
+    /// [`Settings::write_chunk_under`](crate::config::Settings::write_chunk_under)).
+    pub(crate) write_chunk: usize,
 }
 
 impl Conn {
@@ -150,6 +154,7 @@ impl Conn {
             nonce: [0; NONCE_LEN],
             rx: None,
             want_write: false,
+            write_chunk: usize::MAX,
             stalled_since: None,
             draining: None,
         }

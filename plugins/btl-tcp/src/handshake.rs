@@ -557,6 +557,7 @@ impl TcpModule {
         conn.rx = Some(Box::new(Rx::new(staging)));
         let local = conn.sock.local_addr().ok();
         let congestion = conn.sock.congestion().ok();
+        conn.write_chunk = self.settings.write_chunk_under(congestion.as_deref());
         let who = conn.describe();
         if let Some(p) = self.peers.get_mut(&rank) {
             p.state = PeerState::Established(id);

@@ -7,7 +7,8 @@
 //! otherwise, or for what the socket did not take, the bytes are copied
 //! into the queue, which `progress` drains when epoll reports the socket
 //! writable, in pieces of `btl_tcp_write_chunk` bytes while more than one
-//! frame waits.
+//! frame waits on a connection under BBR (whole under other congestion
+//! control; see `config::DEFAULT_WRITE_CHUNK`).
 //!
 //! - **Bursts.** A small message (header and payload up to 16 KiB) that
 //!   the caller sends to a peer after a `sendi` wrote one to it, with no
@@ -212,11 +213,12 @@ impl TcpModule {
         let notices = &mut self.notices;
         let mut failure = None;
         while !peer.queue.is_empty() {
-            // Pieces only while more frames wait: each piece is pushed at
-            // once, so the peer copies the first while we write the rest. A
-            // lone frame is pushed at its end anyway and goes whole.
+            // Pieces only while more frames wait, and only where the
+            // connection asks for them (BBR): each piece is pushed at once
+            // and the acknowledgements are taken between pieces. A lone
+            // frame is pushed at its end anyway and goes whole.
             let limit = if peer.queue.len() > 1 {
-                piece_limit(peer.queue.front_position(), self.settings.write_chunk)
+                piece_limit(peer.queue.front_position(), conn.write_chunk)
             } else {
                 0
             };
