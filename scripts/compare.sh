@@ -129,6 +129,8 @@ done
     echo "cpu_model=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -1)"
     echo "cores=$(nproc)"
     echo "kernel=$(uname -sr)"
+    # The peers' tcp runs under the system's congestion control.
+    echo "tcp_congestion=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo '?')"
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "load=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "bench=$bench"

@@ -173,6 +173,11 @@ def main():
         f"{cpu}, {machine.get('cores', '?')} cores, "
         f"{machine.get('kernel', '?')}, {machine.get('date', '?')}, "
         f"load {machine.get('load', '?')}, {len(runs['fireopal'])} rounds alternating"
+        + (
+            f", system tcp congestion control {machine['tcp_congestion']}"
+            if machine.get("btl") == "tcp" and machine.get("tcp_congestion")
+            else ""
+        )
         + (f", sizes {machine['sizes']}" if machine.get("sizes") else "")
         + (f", fireopal args: {machine['extra']}" if machine.get("extra") else "")
     )
