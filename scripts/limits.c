@@ -15,7 +15,10 @@
  *                           `rep movsb` slows down on some processors;
  *   tcp_half_rtt_us_<n>     TCP over loopback with both sides polling
  *                           non-blocking sockets, as fireopal and Open MPI
- *                           do (the floor of tcp latency at n bytes);
+ *                           do, under Reno congestion control as fireopal's
+ *                           connections within a host (the floor of tcp
+ *                           latency at n bytes; under BBR a large message
+ *                           waits on acknowledgements);
  *   tcp_half_rtt_us_<n>_after16  the same with each message sent behind
  *                           a 16-byte header in one sendmsg and read after
  *                           it, as a framed transport does: the kernel's
@@ -147,6 +150,12 @@ static void recv_all(int s, char *p, size_t n) {
     }
 }
 
+/* Reno, which every kernel has and lets anyone choose; a refusal leaves
+ * the system's default. */
+static void reno(int s) {
+    setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, "reno", 4);
+}
+
 static void tcp_pingpong(size_t n, size_t head) {
     int rounds = n <= 65536 ? 20000 : 500, warmup = rounds / 10, one = 1;
     char hdr[64] = {0};
@@ -164,6 +173,7 @@ static void tcp_pingpong(size_t n, size_t head) {
     if (child == 0) {
         on_core(1);
         int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s >= 0) reno(s);
         if (s < 0 || connect(s, (void *)&addr, sizeof addr) < 0) die("connect");
         setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         for (int i = 0; i < warmup + rounds; i++) {
@@ -176,6 +186,7 @@ static void tcp_pingpong(size_t n, size_t head) {
     on_core(0);
     int s = accept(listener, NULL, NULL);
     if (s < 0) die("accept");
+    reno(s);
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     double t0 = 0;
     for (int i = 0; i < warmup + rounds; i++) {
