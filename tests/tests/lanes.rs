@@ -43,7 +43,10 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
     let out = run_with_timeout(
         Command::new(&host)
             .args(["run", "-n", "4", "--param", "log_level=debug"])
-            .args(["--param", "btl_tcp_if_exclude=lo", "--"])
+            .args(["--param", "btl_tcp_if_exclude=lo"])
+            // shm pipelines under 128 KiB on every processor, so that
+            // `rendezvous-by-size` applies from rank 0 to rank 1.
+            .args(["--param", "btl_shm_min_rdma_pipeline_size=131072", "--"])
             .args(["sh", "-c", ENTER_NODE])
             .arg(&host)
             .args(["conformance", "--p2p"])

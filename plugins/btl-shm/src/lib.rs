@@ -44,10 +44,11 @@
 //!   and publishes the answer in its segment); otherwise it is staged. A
 //!   receiver that cannot read an in-place payload after all answers so,
 //!   and the sender stages it then.
-//! - `min_rdma_pipeline_size` (`btl_shm_min_rdma_pipeline_size`: 128
-//!   KiB, or the eager limit if larger) tells a point-to-point layer from
-//!   which size the receiver is to read a message with `get`; below it,
-//!   fragments of the eager limit through the queue are faster.
+//! - `min_rdma_pipeline_size` (`btl_shm_min_rdma_pipeline_size`: the
+//!   eager limit on Intel processors, elsewhere 128 KiB or the eager
+//!   limit if larger) tells a point-to-point layer from which size the
+//!   receiver is to read a message with `get`; below it, fragments of the
+//!   eager limit through the queue are faster.
 //! - Memory files of the host (the symmetric heap's memfd) join the
 //!   transfer buffers through [`ShmTransport::register_segment`]: payloads
 //!   and registrations inside them take the same mapped path. The file
@@ -185,9 +186,12 @@ pub struct Config {
     /// Smallest rendezvous message the receiver reads with `get`
     /// (reported as `min_rdma_pipeline_size`); a point-to-point layer
     /// sends smaller ones as eager-sized fragments through the queue. 0:
-    /// [`Config::RDMA_MIN`], or the eager limit when that is larger
-    /// ([`Config::rdma_min`]).
+    /// chosen by the processor ([`Config::rdma_min`]).
     pub rdma_min: u64,
+    /// Whether, with `rdma_min` 0, the receiver reads every message above
+    /// the eager limit: on processors whose `process_vm_readv` overtakes
+    /// the queue's fragments there (Intel's; [`reads_early`]).
+    pub reads_early: bool,
     /// Bytes of each staging segment.
     pub staging_chunk: usize,
     /// Most bytes of staging segments.
@@ -215,6 +219,7 @@ impl Default for Config {
             fifo_slots: 128,
             max_send: 1 << 30,
             rdma_min: 0,
+            reads_early: false,
             staging_chunk: 16 << 20,
             staging_limit: 256 << 20,
             single_copy: SingleCopy::Auto,
@@ -224,21 +229,37 @@ impl Default for Config {
     }
 }
 
+/// Whether this processor's `process_vm_readv` overtakes fragments
+/// through the queue from the eager limit on: Intel's, as measured (see
+/// [`Config::RDMA_MIN`]); AMD's Zen 3 not below 128 KiB. Others are
+/// taken as Zen 3.
+pub fn reads_early() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+        info.lines()
+            .find(|l| l.starts_with("vendor_id"))
+            .is_some_and(|l| l.ends_with("GenuineIntel"))
+    })
+}
+
 impl Config {
     /// Smallest rendezvous message the receiver reads when
-    /// `btl_shm_min_rdma_pipeline_size` is 0 and the eager limit is less.
+    /// `btl_shm_min_rdma_pipeline_size` is 0, the eager limit is less and
+    /// the processor does not read early.
     // Above the eager limit and under this, fragments through the queue
     // (two copies, pipelined: the receiver copies one out while the
     // sender copies the next in) beat the receiver's process_vm_readv
-    // after a handshake: on Zen 3, 64 KiB took 5.4-6.0 against 9.5-11.5
+    // after a handshake on Zen 3: 64 KiB took 5.4-6.0 against 9.5-11.5
     // us. From 128 KiB, messages sent both ways at once fill the queues
-    // and lose; at 4 MiB one way loses too.
+    // and lose; at 4 MiB one way loses too. On Intel the read wins from
+    // the eager limit (64 KiB 4.8-5.6 us against fragments' 5.7-8.5).
     pub const RDMA_MIN: u64 = 128 << 10;
 
     /// Smallest rendezvous message the receiver reads: the parameter,
-    /// else [`RDMA_MIN`](Self::RDMA_MIN) or the eager limit, the larger.
+    /// else the eager limit where the processor reads early, else
+    /// [`RDMA_MIN`](Self::RDMA_MIN) or the eager limit, the larger.
     pub fn rdma_min(&self) -> u64 {
         match self.rdma_min {
+            0 if self.reads_early => self.eager_limit as u64,
             0 => Self::RDMA_MIN.max(self.eager_limit as u64),
             n => n,
         }
@@ -311,6 +332,7 @@ impl Config {
             })?,
             max_send: host.param_u64(PARAM_MAX_SEND).unwrap_or(d.max_send),
             rdma_min: host.param_u64(PARAM_RDMA_MIN).unwrap_or(d.rdma_min),
+            reads_early: reads_early(),
             staging_chunk: size(PARAM_STAGING_CHUNK, d.staging_chunk)?,
             staging_limit: size(PARAM_STAGING_LIMIT, d.staging_limit)?,
             single_copy,
@@ -404,7 +426,7 @@ impl BtlComponentImpl for ShmComponent {
             (
                 PARAM_RDMA_MIN,
                 ParamValue::Size(d.rdma_min),
-                "smallest rendezvous message the receiver reads from the sender's memory (0: 128 KiB, or the eager limit if larger); the point-to-point layer sends smaller ones as fragments of the eager limit through the receive queue",
+                "smallest rendezvous message the receiver reads from the sender's memory (0: the eager limit on Intel processors, elsewhere 128 KiB or the eager limit if larger); the point-to-point layer sends smaller ones as fragments of the eager limit through the receive queue",
             ),
             (
                 PARAM_STAGING_CHUNK,
@@ -547,6 +569,16 @@ mod tests {
     fn the_read_threshold_is_the_parameter_else_at_least_the_eager_limit() {
         let d = Config::default();
         assert_eq!(d.rdma_min(), Config::RDMA_MIN);
+        let early = Config {
+            reads_early: true,
+            ..Config::default()
+        };
+        assert_eq!(early.rdma_min(), early.eager_limit as u64);
+        let early_set = Config {
+            rdma_min: 64 << 10,
+            ..early
+        };
+        assert_eq!(early_set.rdma_min(), 64 << 10, "the parameter wins");
         let large_eager = Config {
             eager_limit: 256 << 10,
             ..Config::default()
