@@ -251,34 +251,30 @@ fn tcp_connections_within_the_host_use_reno_unless_told_otherwise() {
     );
 }
 
-#[test]
-fn tcp_refuses_a_congestion_control_the_kernel_lacks_by_name() {
+/// A job of two whose `param` makes `btl`'s bench fail with `error`.
+fn refused_by_name(param: &str, btl: &str, error: &str) {
     let out = in_a_job_of_two(
-        "btl_tcp_congestion=no-such-cc",
-        &["bench", "p2p", "--btl", "tcp", "--quick", "--sizes", "8"],
+        param,
+        &["bench", "p2p", "--btl", btl, "--quick", "--sizes", "8"],
     );
     assert_ne!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    assert!(
-        out.stderr.contains(
-            "btl_tcp_congestion: cannot use \"no-such-cc\": this kernel has no such algorithm"
-        ),
-        "{}",
-        out.stderr
+    assert!(out.stderr.contains(error), "{}", out.stderr);
+}
+
+#[test]
+fn tcp_refuses_a_congestion_control_the_kernel_lacks_by_name() {
+    refused_by_name(
+        "btl_tcp_congestion=no-such-cc",
+        "tcp",
+        "btl_tcp_congestion: cannot use \"no-such-cc\": this kernel has no such algorithm",
     );
 }
 
 #[test]
 fn shm_refuses_a_read_threshold_under_its_eager_limit_by_name() {
-    let out = in_a_job_of_two(
+    refused_by_name(
         "btl_shm_min_rdma_pipeline_size=4096",
-        &["bench", "p2p", "--btl", "shm", "--quick", "--sizes", "8"],
-    );
-    assert_ne!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    assert!(
-        out.stderr.contains(
-            "btl_shm_min_rdma_pipeline_size = 4096: must be at least btl_shm_eager_limit (32768)"
-        ),
-        "{}",
-        out.stderr
+        "shm",
+        "btl_shm_min_rdma_pipeline_size = 4096: must be at least btl_shm_eager_limit (32768)",
     );
 }
