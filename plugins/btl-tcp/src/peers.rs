@@ -9,6 +9,7 @@ use fireopal_abi::host::LogLevel;
 use fireopal_abi::{ErrorKind, PluginError};
 use fireopal_core::wire::tcp::address::parse_addresses;
 
+use crate::config::Congestion;
 use crate::conn::Phase;
 use crate::module::{io_error, Peer, PeerState, Target, TcpModule};
 use crate::select::partner;
@@ -35,8 +36,14 @@ impl TcpModule {
             return;
         };
         if let Err(e) = sock.set_congestion(name) {
+            // `auto` is a preference; a name the user gave was checked
+            // at open, so its refusal here is news.
+            let level = match self.settings.congestion {
+                Congestion::Auto => LogLevel::Debug,
+                _ => LogLevel::Warn,
+            };
             self.log(
-                LogLevel::Warn,
+                level,
                 &format!("cannot give the connection {which} the congestion control {name}: {e}"),
             );
         }
