@@ -362,6 +362,28 @@ impl Congestion {
         }
     }
 
+    /// Fails, naming the parameter, when the kernel would refuse the
+    /// algorithm this names (tried on a socket that never connects).
+    pub(crate) fn check(&self) -> Result<(), PluginError> {
+        let Self::Named(name) = self else {
+            return Ok(());
+        };
+        crate::sys::try_congestion(name).map_err(|e| {
+            let why = match e.raw_os_error() {
+                Some(libc::ENOENT) => "this kernel has no such algorithm".to_owned(),
+                Some(libc::EPERM) => "only a privileged process may choose it".to_owned(),
+                _ => e.to_string(),
+            };
+            let allowed = crate::sys::allowed_congestion()
+                .map(|a| format!("; allowed here: {a}"))
+                .unwrap_or_default();
+            PluginError::invalid(format!(
+                "{}: cannot use {name:?}: {why}{allowed}",
+                names::CONGESTION
+            ))
+        })
+    }
+
     /// The algorithm for a connection to `peer`, where `host` lists this
     /// host's addresses; `None` leaves the system's default.
     pub(crate) fn for_peer(&self, peer: IpAddr, host: &[IpAddr]) -> Option<&str> {
@@ -413,7 +435,7 @@ pub(crate) struct Settings {
     /// Congestion control of the connections (`btl_tcp_congestion`).
     pub(crate) congestion: Congestion,
     /// Every address of this host's interfaces, which `auto` congestion
-    /// control treats as this host (filled when the modules open).
+    /// control treats as this host (filled by [`Self::interfaces`]).
     pub(crate) host_ips: Vec<IpAddr>,
 }
 
@@ -549,13 +571,15 @@ impl Settings {
     }
 
     /// The addresses this process listens on, or why there are none.
-    pub(crate) fn interfaces(&self) -> Result<Vec<InterfaceAddress>, PluginError> {
+    /// Also records every address of the host in `host_ips`.
+    pub(crate) fn interfaces(&mut self) -> Result<Vec<InterfaceAddress>, PluginError> {
         let all = crate::sys::interface_addresses().map_err(|e| {
             PluginError::new(
                 fireopal_abi::ErrorKind::IO,
                 format!("cannot list interfaces: {e}"),
             )
         })?;
+        self.host_ips = all.iter().map(|a| a.ip).collect();
         let chosen = select_interfaces(&all, &self.selection, self.ipv6);
         if chosen.len() * usize::from(self.links) > MAX_ENTRIES {
             return Err(PluginError::invalid(format!(

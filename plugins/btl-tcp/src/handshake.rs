@@ -84,7 +84,7 @@ impl TcpModule {
             // Best effort: latency only.
             let _ = sock.set_nodelay();
             if let Some(addr) = remote {
-                self.choose_congestion(&sock, addr, &format!("from {from}"));
+                self.choose_congestion(&sock, addr, format_args!("from {from}"));
             }
             if let Err(e) =
                 sock.set_liveness(self.settings.keepalive, self.settings.user_timeout_ms)

@@ -73,7 +73,7 @@ use fireopal_core::wire::tcp::address::{encode_addresses, AddressEntry, Interfac
 
 pub use module::TcpModule;
 
-use config::{Congestion, Settings};
+use config::Settings;
 use sys::Socket;
 
 /// The `tcp` component.
@@ -98,7 +98,7 @@ impl BtlComponentImpl for TcpComponent {
                 reason: format!("a job of {size} process has no peer to reach over tcp").into(),
             };
         }
-        let settings = match Settings::from_host(host) {
+        let mut settings = match Settings::from_host(host) {
             Ok(s) => s,
             Err(e) => {
                 return Availability::Unavailable {
@@ -131,25 +131,7 @@ impl BtlComponentImpl for TcpComponent {
     fn open(host: Host) -> Result<Vec<TcpModule>, PluginError> {
         let mut settings = Settings::from_host(&host)?;
         let interfaces = settings.interfaces()?;
-        settings.host_ips = sys::interface_addresses()
-            .map(|all| all.into_iter().map(|a| a.ip).collect())
-            .unwrap_or_default();
-        if let Congestion::Named(name) = &settings.congestion {
-            sys::try_congestion(name).map_err(|e| {
-                let why = match e.raw_os_error() {
-                    Some(libc::ENOENT) => "this kernel has no such algorithm".to_owned(),
-                    Some(libc::EPERM) => "only a privileged process may choose it".to_owned(),
-                    _ => e.to_string(),
-                };
-                let allowed = sys::allowed_congestion()
-                    .map(|a| format!("; allowed here: {a}"))
-                    .unwrap_or_default();
-                PluginError::invalid(format!(
-                    "{}: cannot use {name:?}: {why}{allowed}",
-                    config::names::CONGESTION
-                ))
-            })?;
-        }
+        settings.congestion.check()?;
         let mut entries = Vec::new();
         let mut listeners = Vec::new();
         for iface in &interfaces {

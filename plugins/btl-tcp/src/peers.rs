@@ -27,7 +27,12 @@ impl TcpModule {
     /// in the log) the congestion control `btl_tcp_congestion` chooses. A
     /// refusal leaves the system's default and is logged: the connection
     /// works either way.
-    pub(crate) fn choose_congestion(&self, sock: &Socket, addr: SocketAddr, which: &str) {
+    pub(crate) fn choose_congestion(
+        &self,
+        sock: &Socket,
+        addr: SocketAddr,
+        which: std::fmt::Arguments<'_>,
+    ) {
         let Some(name) = self
             .settings
             .congestion
@@ -79,7 +84,7 @@ impl TcpModule {
                 &format!("cannot set the dead-peer timeouts of the connection to rank {rank}: {e}"),
             );
         }
-        self.choose_congestion(&sock, target.addr, &format!("to rank {rank}"));
+        self.choose_congestion(&sock, target.addr, format_args!("to rank {rank}"));
         let deadline = Instant::now() + self.settings.handshake_timeout;
         let mut conn = crate::conn::Conn::new(sock, Phase::Connecting, Some(rank), deadline);
         conn.remote = Some(target.addr);
