@@ -63,8 +63,8 @@ p2p cases: eager-and-rendezvous, wildcards, ordering, truncation,
 zero-bytes, self, many-requests, communicators, random (seeded by
 FIREOPAL_P2P_SEED), reregistration, rendezvous-by-size, rendezvous-put,
 given-up-send, given-up-recv, peer-death
-shmem cases: heap, put-get, nonblocking, atomics, signal, small-puts,
-bad-arguments
+shmem cases: heap, heap-limits, put-get, nonblocking, quiet, fence,
+atomics, atomic-ops, lock, signal, small-puts, bad-arguments, pe-death
 ";
 
 const CMD: &str = "fireopal conformance";

@@ -1,7 +1,10 @@
 //! `fireopal run` and the PMI-1 client, end to end: the example program
 //! `bootstrap_exchange` (built by `cargo test` into target/<profile>/examples)
-//! runs under `fireopal run`, under MPICH's Hydra, and alone; and the
-//! `token_ring` example shows a job's ranks talking over the messenger.
+//! runs under `fireopal run`, under MPICH's Hydra, and alone; the
+//! `token_ring` example shows a job's ranks talking over the messenger;
+//! and the one-sided examples, `shmem_counter` and the OpenSHMEM
+//! histogram `shmem_histogram`, run over shared memory and tcp with every
+//! line they print checked.
 //!
 //! Every launch has a time limit enforced here; on expiry the launcher and
 //! everything it started are killed before the test fails.
@@ -35,31 +38,59 @@ fn example() -> PathBuf {
     }
 }
 
-/// The `token_ring` example, with the shared-memory and tcp plugins it
-/// runs over, each built when missing or stale.
-fn token_ring() -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let root = workspace();
-        for btl in ["shm", "tcp"] {
-            let src = root.join("plugins").join(format!("btl-{btl}"));
-            built(
-                profile_dir().join(format!("libfireopal_btl_{btl}.so")),
-                &[
-                    src.join("src"),
-                    src.join("Cargo.toml"),
-                    root.join("abi").join("src"),
-                    root.join("core").join("src"),
-                ],
-                &["-p", &format!("fireopal-btl-{btl}")],
-            )?;
-        }
-        host_example("token_ring")
+/// The shared-memory and tcp plugins the examples run over, each built
+/// when missing or stale.
+fn transports() -> Result<(), String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = workspace();
+            for btl in ["shm", "tcp"] {
+                let src = root.join("plugins").join(format!("btl-{btl}"));
+                built(
+                    profile_dir().join(format!("libfireopal_btl_{btl}.so")),
+                    &[
+                        src.join("src"),
+                        src.join("Cargo.toml"),
+                        root.join("abi").join("src"),
+                        root.join("core").join("src"),
+                    ],
+                    &["-p", &format!("fireopal-btl-{btl}")],
+                )?;
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// Example `name`, built once with the transports.
+fn with_transports(once: &OnceLock<Result<PathBuf, String>>, name: &str) -> PathBuf {
+    let built = once.get_or_init(|| {
+        transports()?;
+        host_example(name)
     });
     match built {
         Ok(path) => path.clone(),
         Err(e) => panic!("{e}"),
     }
+}
+
+/// The `token_ring` example.
+fn token_ring() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    with_transports(&BUILT, "token_ring")
+}
+
+/// The `shmem_histogram` example.
+fn histogram() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    with_transports(&BUILT, "shmem_histogram")
+}
+
+/// The `shmem_counter` example.
+fn counter() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    with_transports(&BUILT, "shmem_counter")
 }
 
 /// A launched command whose output is collected by threads.
@@ -539,4 +570,160 @@ fn four_ranks_exchange_under_hydra() {
     let (status, stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
     assert!(status.success(), "{status}: {stderr}");
     assert_exchange_output(&stdout, 4);
+}
+
+/// One histogram job: `n` PEs over `btl` (`FIREOPAL_BTL`), with the
+/// example's SAMPLES and BINS arguments and extra `fireopal run`
+/// arguments; checks it and its output, and says what it checked.
+fn histogram_job(btl: &str, n: u32, samples: u64, bins: usize, run_args: &[&str]) {
+    let n_arg = n.to_string();
+    let mut args = vec!["-n", &n_arg];
+    args.extend_from_slice(run_args);
+    args.push("--");
+    let mut cmd = fireopal_run(&args);
+    cmd.arg(histogram())
+        .arg(samples.to_string())
+        .arg(bins.to_string())
+        .env("FIREOPAL_BTL", btl);
+    let (status, stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+    let what = format!("{n} PEs over {btl}, {samples} samples each, {bins} bins");
+    assert!(status.success(), "{what}: {status}: {stderr}");
+    assert!(!stderr.contains("shmem_histogram"), "{what}: {stderr}");
+    check_output(&what, &stdout, n, samples, bins);
+}
+
+/// Each PE says it holds its share of the bins (`ceil(bins / n)`, the
+/// last PEs fewer) and that they match, the samples it holds add up to
+/// every PE's draws, and PE 0 gives that total once.
+fn check_output(what: &str, stdout: &[String], n: u32, samples: u64, bins: usize) {
+    let per_pe = bins.div_ceil(n as usize);
+    let total = u64::from(n) * samples;
+    let mut held = 0u64;
+    for pe in 0..n {
+        let prefix = format!("PE {pe} of {n}: ");
+        let mine: Vec<&String> = stdout.iter().filter(|l| l.starts_with(&prefix)).collect();
+        assert_eq!(mine.len(), 1, "{what}: PE {pe}: {stdout:?}");
+        let start = (pe as usize * per_pe).min(bins);
+        let owned = (start + per_pe).min(bins) - start;
+        let line = mine[0];
+        let count = line
+            .split_whitespace()
+            .skip_while(|w| !w.starts_with("hold"))
+            .nth(1)
+            .and_then(|c| c.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{what}: no sample count in {line:?}"));
+        let want = format!(
+            "{prefix}{} hold{} {}, all match the senders' counts",
+            plural(owned as u64, "bin"),
+            if owned == 1 { "s" } else { "" },
+            plural(count, "sample")
+        );
+        assert_eq!(*line, want, "{what}: PE {pe}");
+        held += count;
+    }
+    assert_eq!(held, total, "{what}: the PEs' bins hold {held}: {stdout:?}");
+    let grand = format!(
+        "total: {} in {}, {total} drawn by {}",
+        plural(total, "sample"),
+        plural(bins as u64, "bin"),
+        plural(n.into(), "PE")
+    );
+    assert_eq!(
+        stdout.iter().filter(|l| **l == grand).count(),
+        1,
+        "{what}: want {grand:?} once in {stdout:?}"
+    );
+    assert_eq!(stdout.len(), n as usize + 1, "{what}: {stdout:?}");
+}
+
+fn plural(count: u64, word: &str) -> String {
+    if count == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{count} {word}s")
+    }
+}
+
+#[test]
+fn histogram_of_four_pes_over_shm_and_over_tcp() {
+    histogram_job("self,shm", 4, 100_000, 1000, &[]);
+    histogram_job(
+        "self,tcp",
+        4,
+        100_000,
+        1000,
+        &["--param", "btl_tcp_if_include=lo"],
+    );
+}
+
+#[test]
+fn histogram_with_bins_the_pe_count_does_not_divide() {
+    // 1000 bins: 334, 334 and 332 on three PEs.
+    histogram_job("self,shm", 3, 50_000, 1000, &[]);
+    // 1003 bins: 126 on seven PEs, 121 on the last.
+    histogram_job("self,shm", 8, 20_000, 1003, &[]);
+    // Fewer bins than PEs: the last three own none.
+    histogram_job("self,shm", 8, 1000, 5, &[]);
+}
+
+#[test]
+fn histogram_of_three_pes_over_tcp_with_uneven_bins() {
+    histogram_job(
+        "self,tcp",
+        3,
+        20_000,
+        1000,
+        &["--param", "btl_tcp_if_include=lo"],
+    );
+}
+
+#[test]
+fn shmem_counter_counts_every_pe_once_over_shm_and_tcp() {
+    for (btl, path, extra) in [
+        ("self,shm", "Mapped", &[][..]),
+        (
+            "self,tcp",
+            "Remote",
+            &["--param", "btl_tcp_if_include=lo"][..],
+        ),
+    ] {
+        let mut args = vec!["-n", "3"];
+        args.extend_from_slice(extra);
+        args.push("--");
+        let mut cmd = fireopal_run(&args);
+        cmd.arg(counter()).env("FIREOPAL_BTL", btl);
+        let (status, mut stdout, stderr) = Running::start(&mut cmd).finish(LIMIT);
+        assert!(status.success(), "{btl}: {status}: {stderr}");
+        stdout.sort();
+        // PE 0 reaches itself; the others see the PE before them, which
+        // saw some value below 3.
+        assert_eq!(stdout.len(), 3, "{btl}: {stdout:?}");
+        assert!(
+            stdout[0].starts_with("PE 0 of 3: counter 3, the previous PE saw "),
+            "{stdout:?}"
+        );
+        assert!(stdout[0].ends_with(", path to PE 0 Own"), "{stdout:?}");
+        for (pe, line) in stdout.iter().enumerate().skip(1) {
+            let want = format!("PE {pe} of 3: counter 3, the previous PE saw ");
+            assert!(line.starts_with(&want), "{btl}: {line}");
+            assert!(
+                line.ends_with(&format!(", path to PE 0 {path}")),
+                "{btl}: {line}"
+            );
+        }
+        let seen: Vec<u64> = stdout
+            .iter()
+            .map(|l| {
+                l.split("saw ")
+                    .nth(1)
+                    .and_then(|r| r.split(',').next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("{btl}: {l}"))
+            })
+            .collect();
+        // Every fetch-add saw a different count: 0, 1 and 2 in some order.
+        let mut sorted = seen.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [0, 1, 2], "{btl}: {stdout:?}");
+    }
 }

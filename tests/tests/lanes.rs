@@ -11,8 +11,9 @@
 //! rank 1 over tcp restricted to one pair's subnet, then to both (two
 //! modules per peer: each message striped over them), and `fireopal bench
 //! p2p` does the same with 1 MiB tagged messages; the interfaces' byte
-//! counters say which links carried them. Skipped, saying why, where
-//! namespaces or `tc` are not available.
+//! counters say which links carried them. The point-to-point and the
+//! one-sided suites run on two such nodes of two ranks. Skipped, saying
+//! why, where namespaces or `tc` are not available.
 
 use std::process::Command;
 use std::time::Duration;
@@ -83,6 +84,53 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
         assert_eq!(lanes.matches("tcp[").count(), 2, "{from} -> {to}: {r}");
     }
 }
+/// Two nodes of two PEs: the one-sided suite passes with the node's other
+/// PE reached through a mapping and the other node's over both tcp links,
+/// and the PE that dies at the end is seen dead across both.
+#[test]
+fn two_nodes_of_two_pes_run_the_one_sided_suite_over_mappings_and_tcp() {
+    let nodes = match VethPair::create_with(2, None) {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("skipped: cannot create network namespaces here: {why}");
+            return;
+        }
+    };
+    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let out = run_with_timeout(
+        Command::new(&host)
+            .args(["run", "-n", "4"])
+            .args(["--param", "btl_tcp_if_exclude=lo", "--"])
+            .args(["sh", "-c", ENTER_NODE])
+            .arg(&host)
+            .args(["conformance", "--shmem"])
+            .env("FO_NETNS", nodes.prefix())
+            .env("FO_PER_NODE", "2")
+            .env("FIREOPAL_BTL", "self,shm,tcp"),
+        Duration::from_secs(300),
+    );
+    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(!out.timed_out, "timed out\n{report}");
+    assert_eq!(out.code, Some(0), "{report}");
+    for rank in 0..4 {
+        assert!(
+            out.stdout
+                .contains(&format!("rank {rank}: 13 passed, 0 failed")),
+            "rank {rank}\n{report}"
+        );
+    }
+    assert!(
+        out.stdout
+            .contains("rank 0: paths to the PEs: Own, Mapped, Remote, Remote;"),
+        "{report}"
+    );
+    assert!(
+        out.stdout
+            .contains("rank 3: paths to the PEs: Remote, Remote, Mapped, Own;"),
+        "{report}"
+    );
+}
+
 const SIZE: usize = 4 << 20;
 
 /// One message's half round trip (µs) and the streaming bandwidth

@@ -4,9 +4,10 @@
 //! going through the transports instead (one word updated by CPU atomics
 //! through mappings, by the target's handler and by the target itself at
 //! once), over tcp pinned to loopback (with RDMA, and with the data in
-//! messages the target copies), over two tcp links (striped RDMA),
-//! alone, and with one PE's heap elsewhere than the others'; and what
-//! `fireopal info` tells of the one-sided layer in a job.
+//! messages the target copies), over two tcp links (striped RDMA), on
+//! eight PEs over each transport, alone, and with one PE's heap elsewhere
+//! than the others'; and what `fireopal info` tells of the one-sided
+//! layer in a job. (Two nodes, shm inside and tcp across: `lanes.rs`.)
 
 use std::process::Command;
 use std::time::Duration;
@@ -14,11 +15,16 @@ use std::time::Duration;
 use fireopal_tests::{host_binary, run_with_timeout, RunOutput};
 
 /// Every case of the suite, in run order.
-const CASES: [&str; 8] = [
+const CASES: [&str; 13] = [
     "heap",
+    "heap-limits",
     "put-get",
     "nonblocking",
+    "quiet",
+    "fence",
     "atomics",
+    "atomic-ops",
+    "lock",
     "signal",
     "small-puts",
     "bad-arguments",
@@ -65,8 +71,8 @@ fn check_passed(out: &RunOutput, btl: &str, ranks: u32, params: &[&str], extra: 
     assert!(!out.timed_out, "{what} timed out\n{report}");
     assert_eq!(out.code, Some(0), "{what} failed\n{report}");
     assert!(!out.stdout.contains("FAIL"), "{what}\n{report}");
-    // The death case needs a job of two PEs.
-    let na = usize::from(ranks != 2);
+    // The death case needs a job of two PEs or more.
+    let na = usize::from(ranks < 2);
     for rank in 0..ranks {
         for case in CASES {
             let passed = format!("rank {rank}: PASS {case} (");
@@ -158,6 +164,24 @@ fn tcp_over_two_links_stripes_the_heap_s_rdma() {
         &[],
     );
     assert_eq!(paths_of(&out, 0), "Own, Remote");
+}
+
+#[test]
+fn eight_pes_over_shared_memory() {
+    let out = passes("self,shm", 8, &[], &[]);
+    assert_eq!(
+        paths_of(&out, 5),
+        "Mapped, Mapped, Mapped, Mapped, Mapped, Own, Mapped, Mapped"
+    );
+}
+
+#[test]
+fn eight_pes_over_tcp() {
+    let out = passes("self,tcp", 8, &["btl_tcp_if_include=lo"], &[]);
+    assert_eq!(
+        paths_of(&out, 7),
+        "Remote, Remote, Remote, Remote, Remote, Remote, Remote, Own"
+    );
 }
 
 #[test]

@@ -29,6 +29,7 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 
 mod communicators;
 mod death;
+pub(crate) use death::meet;
 mod given_up;
 mod protocols;
 pub mod random;

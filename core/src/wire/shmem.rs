@@ -9,6 +9,7 @@
 //! width, 0u8, 0u32, request u64, offset u64, operand u64, compare u64`);
 //! [`AmoReply`] 24 (`kind, status, 0u16, 0u32, request u64, value u64`);
 //! [`BarrierNotice`] 24 (`kind, round, 0u16, 0u32, epoch u64, flags u64`);
+//! [`BarrierAbort`] 8 (`kind, 0u8, 0u16, failed u32`);
 //! [`PutRequest`] 24 (`kind, 0u8, 0u16, 0u32, request u64, offset u64`)
 //! with the data as payload, answered by an [`AmoReply`];
 //! [`GetRequest`] 32 (`kind, 0u8, 0u16, 0u32, request u64, offset u64,
@@ -43,6 +44,8 @@ code_enum! {
         GetReply = 6,
         /// [`PutBatch`].
         PutBatch = 7,
+        /// [`BarrierAbort`].
+        BarrierAbort = 8,
     }
 }
 
@@ -186,6 +189,8 @@ pub enum Message {
     GetReply(GetReply),
     /// Puts for the target to write (the records are the payload).
     PutBatch(PutBatch),
+    /// A barrier that cannot complete.
+    BarrierAbort(BarrierAbort),
 }
 
 impl Message {
@@ -258,6 +263,10 @@ impl Message {
             Kind::PutBatch => {
                 f.reserved::<7>(Malformed::Reserved)?;
                 Message::PutBatch(PutBatch { request: f.u64()? })
+            }
+            Kind::BarrierAbort => {
+                f.reserved::<3>(Malformed::Reserved)?;
+                Message::BarrierAbort(BarrierAbort { failed: f.u32()? })
             }
         };
         if f.remaining() != 0 {
@@ -546,6 +555,29 @@ impl BarrierNotice {
     }
 }
 
+/// Tells every process that no barrier can complete any more because
+/// process `failed` failed: the sender saw it fail while waiting for its
+/// notice, and stops sending its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarrierAbort {
+    /// The process that failed.
+    pub failed: u32,
+}
+
+impl BarrierAbort {
+    /// Bytes of the encoded message.
+    pub const LEN: usize = 8;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        fixed(|w| {
+            w.u8(Kind::BarrierAbort as u8);
+            w.zeros(3);
+            w.u32(self.failed);
+        })
+    }
+}
+
 /// What a process publishes about its symmetric heap: where it is mapped
 /// and the remote key of its registration on every module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -636,6 +668,8 @@ mod tests {
             prop_assert_eq!(Message::decode(&rep.encode()), Ok(Message::AmoReply(rep)));
             let b = BarrierNotice { round, epoch, flags };
             prop_assert_eq!(Message::decode(&b.encode()), Ok(Message::Barrier(b)));
+            let a = BarrierAbort { failed: offset as u32 };
+            prop_assert_eq!(Message::decode(&a.encode()), Ok(Message::BarrierAbort(a)));
             let p = PutRequest { request, offset };
             prop_assert_eq!(Message::decode(&p.encode()), Ok(Message::PutRequest(p)));
             let g = GetRequest { request, offset, len: operand };

@@ -205,6 +205,8 @@ pub enum AllocError {
     Module(PluginError),
     /// The component answered an offset past the end of the heap.
     BadOffset(u64),
+    /// The block to resize is not inside the heap.
+    OutsideHeap,
 }
 
 impl fmt::Display for AllocError {
@@ -218,6 +220,7 @@ impl fmt::Display for AllocError {
             ),
             Self::Module(e) => e.fmt(f),
             Self::BadOffset(o) => write!(f, "component answered offset {o}, outside the heap"),
+            Self::OutsideHeap => f.write_str("pointer is outside the symmetric heap"),
         }
     }
 }
@@ -437,28 +440,31 @@ impl SymmetricHeap {
     /// [`DEFAULT_ALIGN`] then); null when it cannot, with the old block
     /// left intact. A `ptr` that is not a live allocation gives null too.
     pub fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
+        self.try_realloc(ptr, size).unwrap_or(ptr::null_mut())
+    }
+
+    /// [`realloc`](Self::realloc), saying why when it cannot: the old block
+    /// is then left intact. `size` 0 frees `ptr` and gives null.
+    pub fn try_realloc(&self, ptr: *mut u8, size: usize) -> Result<*mut u8, AllocError> {
         if ptr.is_null() {
-            return self.malloc(size);
+            return self
+                .try_align(DEFAULT_ALIGN as usize, size)
+                .map(NonNull::as_ptr);
         }
+        let offset = self.offset_of(ptr).ok_or(AllocError::OutsideHeap)?;
         if size == 0 {
             let _ = self.free(ptr);
-            return ptr::null_mut();
+            return Ok(ptr::null_mut());
         }
-        let Some(offset) = self.offset_of(ptr) else {
-            return ptr::null_mut();
-        };
         let size = size as u64;
         let mut module = self.module();
-        match module.realloc(offset, size).into_result() {
-            Ok(new) => match self.block(new, size) {
-                Ok(p) => p.as_ptr(),
-                Err(_) => {
-                    let _ = module.free(new);
-                    ptr::null_mut()
-                }
-            },
-            Err(_) => ptr::null_mut(),
-        }
+        let new = module
+            .realloc(offset, size)
+            .into_result()
+            .map_err(AllocError::Module)?;
+        self.block(new, size).map(NonNull::as_ptr).inspect_err(|_| {
+            let _ = module.free(new);
+        })
     }
 
     /// `shmem_free`: frees the block at `ptr`; null does nothing. A pointer

@@ -13,7 +13,7 @@ use std::time::Duration;
 use fireopal_abi::btl::{Access, MemRegion, Rank};
 use fireopal_core::group::Group;
 use fireopal_core::id_hash::IdHash;
-use fireopal_core::p2p::{ContextId, Posted, RecvSpec, Source, Tag};
+use fireopal_core::p2p::{ContextId, Counts, Posted, RecvSpec, Source, Tag};
 use fireopal_core::wire::p2p::{Eager, Envelope as WireEnvelope, RndvProtocol, Rts, MAX_KEY_LEN};
 
 use super::comm::{CommInner, ContextIds};
@@ -747,6 +747,15 @@ impl P2p {
         {
             self.seq_last = None;
         }
+    }
+
+    /// What the matching engine holds now: receives posted and not
+    /// matched, and unexpected messages with their stored bytes (a
+    /// rendezvous announcement stores none; its data waits at the
+    /// sender). Eager credits bound the stored bytes to
+    /// `p2p_eager_credits × eager limit` per sender.
+    pub fn counts(&self) -> Counts {
+        self.proto.borrow().engine.counts()
     }
 
     /// Peers this endpoint treats as failed, with why.

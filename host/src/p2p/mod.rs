@@ -92,7 +92,7 @@ mod table;
 pub use comm::Communicator;
 pub use endpoint::P2p;
 pub use error::{P2pError, Violation};
-pub use fireopal_core::p2p::{Source, Tag};
+pub use fireopal_core::p2p::{Counts, Source, Tag};
 pub use request::{Failure, Request};
 
 use fireopal_abi::param::{ParamSpec, ParamValue};

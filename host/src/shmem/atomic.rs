@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use fireopal_core::wire::shmem::{AmoOp, AmoRequest, AmoStatus, Width};
 
 use super::path::Path;
-use super::sync::NON_FETCHING;
+use super::sync::{Watch, NON_FETCHING};
 use super::{rank, Shmem, ShmemError, TAG_SHMEM};
 use crate::btl::Class;
 
@@ -202,7 +202,9 @@ impl Shmem<'_> {
             return Ok(0);
         }
         let inbox = std::rc::Rc::clone(&self.st.inbox);
-        self.wait(Some(pe), |_| inbox.borrow().replies.contains_key(&request))?;
+        self.wait(Watch::Pe(pe), |_| {
+            inbox.borrow().replies.contains_key(&request)
+        })?;
         let (status, value) = inbox
             .borrow_mut()
             .replies

@@ -136,6 +136,14 @@ pub enum ShmemError {
         /// How.
         failure: PeerFailure,
     },
+    /// A barrier cannot complete: another PE saw PE `failed` fail while it
+    /// waited in one.
+    BarrierAborted {
+        /// The PE that failed.
+        failed: u32,
+        /// The PE that saw it.
+        by: u32,
+    },
     /// A PE sent bytes that are no one-sided message.
     Malformed {
         /// The sender.
@@ -179,6 +187,9 @@ impl fmt::Display for ShmemError {
             Self::Misaligned(addr) => write!(f, "atomic word at {addr:#x} is not aligned"),
             Self::BadHeapEntry { pe, reason } => write!(f, "heap of PE {pe}: {reason}"),
             Self::PeerFailed { pe, failure } => write!(f, "PE {pe} failed: {failure}"),
+            Self::BarrierAborted { failed, by } => {
+                write!(f, "PE {failed} failed (PE {by} saw it in a barrier)")
+            }
             Self::Malformed { pe, error } => {
                 write!(f, "malformed one-sided message from PE {pe}: {error}")
             }
@@ -507,15 +518,14 @@ impl<'a> Shmem<'a> {
     }
 
     /// Collective `shmem_realloc`: a barrier (no PE still uses the old
-    /// block), the reallocation, a barrier.
+    /// block), the reallocation, a barrier. When the block cannot grow,
+    /// the error says why and the old block is left as it was; a zero
+    /// size frees it and gives a null pointer.
     pub fn realloc(&mut self, ptr: *mut u8, size: usize) -> Result<*mut u8, ShmemError> {
         self.barrier_all()?;
-        let p = self.heap.realloc(ptr, size);
+        let got = self.heap.try_realloc(ptr, size).map_err(ShmemError::Alloc);
         self.barrier_all()?;
-        if p.is_null() && size != 0 {
-            return Err(ShmemError::Alloc(AllocError::ZeroSize));
-        }
-        Ok(p)
+        got
     }
 
     /// Collective `shmem_free`: a barrier, then the block is freed.

@@ -24,7 +24,7 @@ use fireopal_core::wire::shmem::{
 
 use super::atomic::{execute, AtomicWord};
 use super::path::Path;
-use super::sync::{self, NON_FETCHING};
+use super::sync::{self, Watch, NON_FETCHING};
 use super::{rank, InFlight, Shmem, ShmemError, TAG_SHMEM};
 use crate::btl::{Class, SendId, SendTicket};
 
@@ -296,7 +296,7 @@ impl Shmem<'_> {
         match started {
             None => Ok(()),
             Some(Started::Rdma(id)) => {
-                self.wait(Some(pe), |st| !st.pending.contains_key(&id))?;
+                self.wait(Watch::Pe(pe), |st| !st.pending.contains_key(&id))?;
                 match self.st.failed.remove(&id) {
                     Some(e) => Err(e),
                     None => Ok(()),
@@ -304,7 +304,9 @@ impl Shmem<'_> {
             }
             Some(Started::Get(request)) => {
                 let inbox = std::rc::Rc::clone(&self.st.inbox);
-                let waited = self.wait(Some(pe), |_| !inbox.borrow().gets.contains_key(&request));
+                let waited = self.wait(Watch::Pe(pe), |_| {
+                    !inbox.borrow().gets.contains_key(&request)
+                });
                 if waited.is_err() {
                     // The buffer is the caller's again: no answer may
                     // write it now.
@@ -422,7 +424,7 @@ impl Shmem<'_> {
             if passes {
                 let inbox = std::rc::Rc::clone(&self.st.inbox);
                 let sent = self.st.amo_sent;
-                self.wait(Some(pe), |_| inbox.borrow().acked >= sent)?;
+                self.wait(Watch::Pe(pe), |_| inbox.borrow().acked >= sent)?;
             }
         }
         match target {
@@ -502,7 +504,7 @@ impl Shmem<'_> {
         };
         let mut seen = load();
         if !cmp.holds(seen, value) {
-            self.wait(None, |_| {
+            self.wait(Watch::Pending, |_| {
                 seen = load();
                 cmp.holds(seen, value)
             })?;

@@ -25,7 +25,8 @@ use std::rc::Rc;
 
 use fireopal_core::id_hash::IdHash;
 use fireopal_core::wire::shmem::{
-    AmoReply, AmoStatus, BarrierNotice, GetReply, Malformed, Message, PutBatch, PutRecords,
+    AmoReply, AmoStatus, BarrierAbort, BarrierNotice, GetReply, Malformed, Message, PutBatch,
+    PutRecords,
 };
 
 use super::atomic::{execute, word_at};
@@ -48,6 +49,9 @@ pub(super) struct Inbox {
     pub(super) refused: Vec<(u32, AmoStatus)>,
     /// Barrier notices: flags by (epoch, round).
     pub(super) notices: HashMap<(u64, u8), u64>,
+    /// A PE another PE saw fail in a barrier, and which PE said so: no
+    /// barrier completes any more.
+    pub(super) aborted: Option<(u32, u32)>,
     /// Messages that were not one-sided messages, and their sender.
     pub(super) malformed: Vec<(u32, Malformed)>,
     /// Gets through messages waiting for their data: the PE, where the
@@ -206,6 +210,9 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
                     .entry((notice.epoch, notice.round))
                     .or_insert(u64::MAX) &= notice.flags;
             }
+            Ok(Message::BarrierAbort(abort)) => {
+                inbox.aborted.get_or_insert((abort.failed, peer));
+            }
             Err(error) => inbox.malformed.push((peer, error)),
         }
     });
@@ -215,15 +222,47 @@ pub(super) fn install_handler(m: &mut Messenger, heap: &SymmetricHeap, inbox: Rc
 /// failed ones keep their error for whoever waits on them, or `quiet`.
 fn collect(m: &mut Messenger, st: &mut State) {
     for (id, result) in m.take_one_sided_completions() {
-        if let Some(local) = st.pending.remove(&id).and_then(|f| f.local) {
+        let flight = st.pending.remove(&id);
+        let pe = flight.as_ref().map(|f| f.pe);
+        if let Some(local) = flight.and_then(|f| f.local) {
             // Only a module that needs local registrations made one;
             // releasing it can only fail there, and the cache keeps it.
             let _ = m.deregister_memory(local);
         }
         if let Err(e) = result {
-            st.failed.insert(id, ShmemError::from(e));
+            let error = match pe {
+                Some(pe) => blame(m, pe, ShmemError::from(e)),
+                None => ShmemError::from(e),
+            };
+            st.failed.insert(id, error);
         }
     }
+}
+
+/// A transport's error on an operation with `pe` as the failure of `pe`,
+/// once the messenger knows it failed: the error of a write to a dead
+/// peer's connection names no peer.
+fn blame(m: &Messenger, pe: u32, error: ShmemError) -> ShmemError {
+    match (&error, m.peer_failed(rank(pe))) {
+        (ShmemError::Transport(_), Some(failure)) => ShmemError::PeerFailed {
+            pe,
+            failure: failure.clone(),
+        },
+        _ => error,
+    }
+}
+
+/// The first PE the messenger knows failed, as an error.
+fn first_failed(m: &Messenger, st: &State) -> Option<ShmemError> {
+    if m.failure_epoch() == 0 {
+        return None;
+    }
+    (0..st.size).find_map(|pe| {
+        m.peer_failed(rank(pe)).map(|f| ShmemError::PeerFailed {
+            pe,
+            failure: f.clone(),
+        })
+    })
 }
 
 /// Sends the puts gathered for `pe`, if any, as one message acknowledged
@@ -253,18 +292,27 @@ pub(super) fn flush_batches(m: &mut Messenger, st: &mut State) -> Result<(), Shm
     Ok(())
 }
 
+/// Whose failure ends a [`wait`] with an error.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Watch {
+    /// The PE the wait is for.
+    Pe(u32),
+    /// The PEs this process has operations outstanding with.
+    Pending,
+}
+
 /// Makes progress until `done` holds. Fails on a malformed message, on the
-/// failure of `pe` (or, without one, of a PE this process has operations
-/// outstanding with), or after the stall limit with nothing happening.
+/// failure of a PE `watch` names, or after the stall limit with nothing
+/// happening.
 pub(super) fn wait(
     m: &mut Messenger,
     st: &mut State,
-    pe: Option<u32>,
+    watch: Watch,
     mut done: impl FnMut(&mut State) -> bool,
 ) -> Result<(), ShmemError> {
     // Whatever this process waits for may need the puts it gathered.
     flush_batches(m, st)?;
-    let mut watch = st.stall.map(StallWatch::new);
+    let mut stall = st.stall.map(StallWatch::new);
     loop {
         collect(m, st);
         if let Some((pe, error)) = st.inbox.borrow_mut().malformed.pop() {
@@ -273,9 +321,9 @@ pub(super) fn wait(
         if done(st) {
             return Ok(());
         }
-        let failed = match pe {
-            Some(pe) => m.peer_failed(rank(pe)).map(|f| (pe, f.clone())),
-            None => st
+        let failed = match watch {
+            Watch::Pe(pe) => m.peer_failed(rank(pe)).map(|f| (pe, f.clone())),
+            Watch::Pending => st
                 .pending
                 .values()
                 .map(|f| f.pe)
@@ -287,7 +335,7 @@ pub(super) fn wait(
         }
         st.put_since_progress = false;
         let work = m.progress().map_err(ShmemError::Progress)?;
-        if let Some(w) = watch.as_mut() {
+        if let Some(w) = stall.as_mut() {
             if w.stalled(work) {
                 return Err(ShmemError::Stalled { limit: w.limit() });
             }
@@ -317,7 +365,7 @@ pub(super) fn quiet(m: &mut Messenger, st: &mut State) -> Result<(), ShmemError>
         }
     }
     let inbox = Rc::clone(&st.inbox);
-    wait(m, st, None, |st| {
+    wait(m, st, Watch::Pending, |st| {
         let inbox = inbox.borrow();
         st.pending.is_empty() && inbox.acked >= st.amo_sent && inbox.gets.is_empty()
     })?;
@@ -344,7 +392,15 @@ pub(super) fn quiet(m: &mut Messenger, st: &mut State) -> Result<(), ShmemError>
 /// A barrier of every PE that ands `flags` across them; completes this
 /// process's operations first, as `shmem_barrier_all` does.
 pub(super) fn barrier(m: &mut Messenger, st: &mut State, flags: u64) -> Result<u64, ShmemError> {
-    quiet(m, st)?;
+    if let Err(e) = quiet(m, st) {
+        // A notice or atomic sent to a dead PE fails with the transport's
+        // error, which names no PE; a barrier cannot complete with any PE
+        // dead, so that PE is the one to name.
+        return Err(match e {
+            ShmemError::Transport(_) => first_failed(m, st).unwrap_or(e),
+            e => e,
+        });
+    }
     let (me, n) = (st.me, st.size);
     let epoch = st.epoch;
     st.epoch += 1;
@@ -360,11 +416,22 @@ pub(super) fn barrier(m: &mut Messenger, st: &mut State, flags: u64) -> Result<u
             flags: acc,
         }
         .encode();
-        m.send_class(Class::OneSided, rank(to), TAG_SHMEM, &notice, &[])?;
         let inbox = Rc::clone(&st.inbox);
-        wait(m, st, Some(from), |_| {
-            inbox.borrow().notices.contains_key(&(epoch, round))
-        })?;
+        let waited = m
+            .send_class(Class::OneSided, rank(to), TAG_SHMEM, &notice, &[])
+            .map_err(ShmemError::from)
+            .and_then(|_| {
+                wait(m, st, Watch::Pe(from), |_| {
+                    let inbox = inbox.borrow();
+                    inbox.aborted.is_some() || inbox.notices.contains_key(&(epoch, round))
+                })
+            });
+        if let Err(e) = waited {
+            return Err(abort(m, st, e));
+        }
+        if let Some((failed, by)) = inbox.borrow().aborted {
+            return Err(ShmemError::BarrierAborted { failed, by });
+        }
         acc &= inbox
             .borrow_mut()
             .notices
@@ -376,14 +443,36 @@ pub(super) fn barrier(m: &mut Messenger, st: &mut State, flags: u64) -> Result<u
     Ok(acc)
 }
 
+/// A barrier this process leaves with `error`. When a PE failed, every
+/// other PE is told: PEs waiting for this one's later notices, or for
+/// PEs that wait for it, would otherwise wait for good. Only a PE that
+/// saw the failure itself tells, so each failure costs one message per
+/// PE from each of the few PEs waiting on the dead one.
+fn abort(m: &mut Messenger, st: &mut State, error: ShmemError) -> ShmemError {
+    let failed = match &error {
+        ShmemError::PeerFailed { pe, .. } => *pe,
+        ShmemError::Transport(_) => match first_failed(m, st) {
+            Some(named) => return abort(m, st, named),
+            None => return error,
+        },
+        _ => return error,
+    };
+    let notice = BarrierAbort { failed }.encode();
+    for pe in (0..st.size).filter(|&pe| pe != st.me && pe != failed) {
+        // A PE that cannot be told failed too, and is reported by others.
+        let _ = m.send_class(Class::OneSided, rank(pe), TAG_SHMEM, &notice, &[]);
+    }
+    error
+}
+
 impl Shmem<'_> {
     /// Makes progress until `done` holds (see [`wait`]).
     pub(super) fn wait(
         &mut self,
-        pe: Option<u32>,
+        watch: Watch,
         done: impl FnMut(&mut State) -> bool,
     ) -> Result<(), ShmemError> {
-        wait(self.m, self.st, pe, done)
+        wait(self.m, self.st, watch, done)
     }
 
     /// `shmem_quiet`: every put, get, atomic and signal this PE issued is

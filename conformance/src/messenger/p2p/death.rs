@@ -103,7 +103,7 @@ pub(super) fn case_peer_death(c: &mut Ctx) -> Result<Outcome, String> {
 
 /// Every member of `comm` waits for every other: its rank 0 hears from
 /// each, then answers each.
-fn meet(p2p: &mut P2p, comm: &Communicator) -> Result<(), String> {
+pub(crate) fn meet(p2p: &mut P2p, comm: &Communicator) -> Result<(), String> {
     let tag = Tag::Tag(TAG_MEET);
     if comm.rank() == 0 {
         for r in 1..comm.size() {

@@ -40,7 +40,7 @@ use abi_stable::std_types::RSlice;
 use fireopal_abi::btl::{BtlFlags, Completion};
 use fireopal_core::wire::am::FirstFragment;
 
-use super::replay::{LaneEvent, ReplayStore};
+use super::replay::{self, LaneEvent, ReplayStore};
 use super::sink::Sink;
 use super::{
     Class, Messenger, PeerFailure, SendError, SendId, SendTicket, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
@@ -177,7 +177,17 @@ impl Messenger {
                 .modules
                 .first()
                 .ok_or_else(|| SendError::Unreachable(peer))?;
-            return self.send_routed(i, peer, tag, header, payload, class);
+            return match self.send_routed(i, peer, tag, header, payload, class) {
+                // The only lane is gone: the peer fails now, as the
+                // module's own report of it will say, and the sender
+                // learns which peer.
+                Err(SendError::Module(e)) if replay::lane_refused(e.kind) => {
+                    let failure = PeerFailure::Transport(e);
+                    self.fail_lanes(peer, failure.clone());
+                    Err(SendError::PeerFailed { peer, failure })
+                }
+                sent => sent,
+            };
         }
         self.send_on_lanes(peer, tag, header, payload, class)
     }

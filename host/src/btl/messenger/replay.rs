@@ -473,8 +473,8 @@ impl Messenger {
     }
 
     /// Fails `peer` after a lane was lost and its messages could not go
-    /// again.
-    fn fail_lanes(&mut self, peer: Rank, failure: PeerFailure) {
+    /// again, or its only lane was.
+    pub(super) fn fail_lanes(&mut self, peer: Rank, failure: PeerFailure) {
         super::lanes::forget(&mut self.shared.lane_state.reorder, peer);
         if super::mark_failed(
             &mut self.shared.routes,
