@@ -60,9 +60,9 @@ btl cases, in the order they run: sizes, many, completions, sendi, rdma,
 reregistration, unmapped-get, in-place, symmetric-heap, peer-death
 memheap cases: align, random, symmetric, exhaustion, bad-free
 p2p cases: eager-and-rendezvous, wildcards, ordering, truncation,
-zero-bytes, self, many-requests, communicators, random (seeded by
-FIREOPAL_P2P_SEED), reregistration, rendezvous-by-size, rendezvous-put,
-given-up-send, given-up-recv, peer-death
+zero-bytes, self, many-requests, flow-control, communicators, random
+(seeded by FIREOPAL_P2P_SEED), reregistration, rendezvous-by-size,
+rendezvous-put, given-up-send, given-up-recv, peer-death
 shmem cases: heap, heap-limits, put-get, nonblocking, quiet, fence,
 atomics, atomic-ops, lock, signal, small-puts, bad-arguments, pe-death
 ";

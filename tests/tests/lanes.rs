@@ -64,7 +64,7 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
     for rank in 0..4 {
         assert!(
             out.stdout
-                .contains(&format!("rank {rank}: 15 passed, 0 failed")),
+                .contains(&format!("rank {rank}: 16 passed, 0 failed")),
             "rank {rank}\n{report}"
         );
     }

@@ -13,7 +13,7 @@ use fireopal_tests::{
 };
 
 /// Every case of the suite, in run order.
-const CASES: [&str; 15] = [
+const CASES: [&str; 16] = [
     "eager-and-rendezvous",
     "wildcards",
     "ordering",
@@ -21,6 +21,7 @@ const CASES: [&str; 15] = [
     "zero-bytes",
     "self",
     "many-requests",
+    "flow-control",
     "communicators",
     "random",
     "reregistration",
@@ -107,7 +108,7 @@ fn assert_passed(out: &RunOutput, what: &str, ranks: u32, cases: &[&str]) {
         "{what}\n{report}"
     );
     for rank in 0..ranks {
-        // A rank dying, or a send given up, needs a peer to see it; a
+        // A rank dying, a send given up, or a flood, needs a peer; a
         // route that sends 1 MiB eagerly, or pipelines its rendezvous,
         // registers nothing to register again; only a route that reads
         // from a size above its eager limit has sizes to tell apart.
@@ -116,7 +117,10 @@ fn assert_passed(out: &RunOutput, what: &str, ranks: u32, cases: &[&str]) {
             let passed = format!("rank {rank}: PASS {case} (");
             let na = format!("rank {rank}: N/A {case}: ");
             let may_not_apply = (ranks == 1
-                && matches!(*case, "peer-death" | "given-up-send" | "given-up-recv"))
+                && matches!(
+                    *case,
+                    "peer-death" | "given-up-send" | "given-up-recv" | "flow-control"
+                ))
                 || matches!(
                     *case,
                     "reregistration" | "rendezvous-by-size" | "rendezvous-put"
@@ -168,6 +172,15 @@ fn tcp_on_loopback_four_ranks() {
     Job {
         params: &["btl_tcp_if_include=lo"],
         ..Job::new("self,tcp", 4)
+    }
+    .passes();
+}
+
+#[test]
+fn tcp_on_loopback_eight_ranks() {
+    Job {
+        params: &["btl_tcp_if_include=lo"],
+        ..Job::new("self,tcp", 8)
     }
     .passes();
 }

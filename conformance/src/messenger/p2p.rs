@@ -30,6 +30,7 @@ use super::{run_cases, CaseOf, Outcome, SetupError, Tally};
 mod communicators;
 mod death;
 pub(crate) use death::meet;
+mod flow;
 mod given_up;
 mod protocols;
 pub mod random;
@@ -99,7 +100,7 @@ pub type Case = CaseOf<Ctx>;
 
 /// Every case, in the order it runs (`peer-death` leaves the job one
 /// rank short, so it is last).
-pub const CASES: [(&str, Case); 15] = [
+pub const CASES: [(&str, Case); 16] = [
     ("eager-and-rendezvous", case_eager_and_rendezvous),
     ("wildcards", case_wildcards),
     ("ordering", case_ordering),
@@ -107,6 +108,7 @@ pub const CASES: [(&str, Case); 15] = [
     ("zero-bytes", case_zero_bytes),
     ("self", case_self),
     ("many-requests", case_many_requests),
+    ("flow-control", flow::case_flow_control),
     ("communicators", communicators::case_communicators),
     ("random", random::case_random),
     ("reregistration", registration::case_reregistration),
