@@ -33,8 +33,7 @@ use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use fireopal::bootstrap::Bootstrap;
-use fireopal::btl::{Messenger, RouteInfo, SendTicket, StallWatch, TransferBufferHandle};
+use fireopal::btl::{Messenger, SendTicket, StallWatch, TransferBufferHandle};
 use fireopal::memheap::SymmetricHeap;
 use fireopal::p2p::P2p;
 use fireopal::plugin::{Framework, Options, Registry, Status};
@@ -43,7 +42,7 @@ use fireopal_abi::btl::{BtlFlags, MemRegion};
 use self::tagged::Tagged;
 use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
-use super::{open_registry, CommonArgs, Failure};
+use super::{CommonArgs, Failure};
 
 const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
 const WINDOW: usize = 64;
@@ -264,18 +263,6 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     }
 }
 
-/// A job of one or two ranks, its messenger, and the rank measured
-/// against (the other one, or this one alone).
-struct Pair {
-    boot: Bootstrap,
-    registry: Registry,
-    m: Messenger,
-    rank: u32,
-    size: u32,
-    peer: u32,
-    route: RouteInfo,
-}
-
 /// A job of one or two ranks on the runtime's front door, and the rank
 /// measured against (the other one, or this one alone).
 struct FrontDoor {
@@ -305,7 +292,7 @@ fn open_front_door(common: &CommonArgs, what: &str) -> Result<FrontDoor, Failure
     let route = rt
         .messenger()
         .route(peer)
-        .ok_or_else(|| format!("no transport reaches rank {peer}"))?;
+        .ok_or_else(|| unreachable_report(rt.registry(), peer))?;
     let module = format!("{}[{}]", route.component, route.index);
     rt.p2p().set_stall_limit(Some(STALL));
     Ok(FrontDoor {
@@ -318,34 +305,6 @@ fn open_front_door(common: &CommonArgs, what: &str) -> Result<FrontDoor, Failure
     })
 }
 
-/// Joins the job and opens the transports for benchmark `what`.
-fn open_pair(common: &CommonArgs, what: &str) -> Result<Pair, Failure> {
-    let mut boot = Bootstrap::init().map_err(|e| e.to_string())?;
-    let (rank, size) = (boot.rank(), boot.size());
-    if size > 2 {
-        return Err(format!("{what} needs 1 or 2 ranks, this job has {size}").into());
-    }
-    let registry = open_registry(&Options {
-        command_line: common.params.clone(),
-        job: boot.job_info(),
-        ..Options::default()
-    })?;
-    let m = Messenger::init(&registry, &mut boot).map_err(|e| e.to_string())?;
-    let peer = if size == 1 { 0 } else { 1 - rank };
-    let route = m
-        .route(peer)
-        .ok_or_else(|| unreachable_report(&registry, peer))?;
-    Ok(Pair {
-        boot,
-        registry,
-        m,
-        rank,
-        size,
-        peer,
-        route,
-    })
-}
-
 fn run(
     common: &CommonArgs,
     json: bool,
@@ -354,20 +313,17 @@ fn run(
     only: Option<&[usize]>,
 ) -> Result<(), Failure> {
     let sizes = only.unwrap_or(&SIZES);
-    let Pair {
-        mut boot,
-        registry,
-        m,
+    let FrontDoor {
+        mut rt,
         rank,
         size,
         peer,
-        route,
-    } = open_pair(common, "pingpong")?;
+        module,
+        ..
+    } = open_front_door(common, "pingpong")?;
     // Active messages go through the layer's messenger; `--from
     // registered` sends large messages through the layer itself.
-    let mut p = P2p::new(m, registry.params());
-    p.set_stall_limit(Some(STALL));
-    let m = p.messenger();
+    let m = rt.messenger();
 
     let pings = Rc::new(Cell::new(0u64));
     let acks = Rc::new(Cell::new(0u64));
@@ -426,9 +382,10 @@ fn run(
         }
         From::Heap => {
             let bytes = (largest as u64 + (1 << 20)).next_multiple_of(1 << 20);
-            heap = SymmetricHeap::with_size(&registry, bytes).map_err(|e| e.to_string())?;
+            heap = SymmetricHeap::with_size(rt.registry(), bytes).map_err(|e| e.to_string())?;
             heap_segment = Some(
-                m.register_symmetric_heap(&heap)
+                rt.messenger()
+                    .register_symmetric_heap(&heap)
                     .map_err(|e| e.to_string())?,
             );
             source.bytes = heap_object(&heap, &buf)?;
@@ -437,13 +394,9 @@ fn run(
         }
         From::Registered => {
             if !flags.contains(BtlFlags::GET) {
-                return Err(format!(
-                    "{}[{}] has no get, which --from registered needs",
-                    route.component, route.index
-                )
-                .into());
+                return Err(format!("{module} has no get, which --from registered needs").into());
             }
-            source.path = Path::Tagged(Tagged::new(p.world(), peer, largest));
+            source.path = Path::Tagged(Tagged::new(rt.world(), peer, largest));
             let read = "tagged messages, read by the receiver with get (rendezvous)";
             // A route may read only from a size above its eager limit
             // (shm): the point-to-point layer pipelines the ones under it.
@@ -458,14 +411,15 @@ fn run(
     }
     // A message for a tag the peer has not registered yet would be
     // dropped: both sides finish their setup before the first one leaves.
-    boot.barrier().map_err(|e| e.to_string())?;
+    rt.bootstrap().barrier().map_err(|e| e.to_string())?;
+    let p = rt.p2p();
     let mut rows = Vec::new();
     for &n in sizes {
         let (iters, warmup) = latency_iterations(n, quick);
-        let t = pingpong(&mut p, rank, size, peer, &source, n, iters, warmup, &pings)?;
+        let t = pingpong(p, rank, size, peer, &source, n, iters, warmup, &pings)?;
         let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
         let windows = bandwidth_windows(n, quick);
-        let t = stream(&mut p, rank, size, peer, &source, n, windows, &pings, &acks)?;
+        let t = stream(p, rank, size, peer, &source, n, windows, &pings, &acks)?;
         let bytes = (n * WINDOW * windows) as f64;
         let bandwidth_mbs = bytes / t.as_secs_f64() / 1e6;
         rows.push(Row {
@@ -475,7 +429,7 @@ fn run(
         });
     }
     if let Path::Tagged(t) = &source.path {
-        t.finish(&mut p, &buf)?;
+        t.finish(p, &buf)?;
     }
     let m = p.messenger();
     drain_sends(m)?;
@@ -487,16 +441,15 @@ fn run(
     if let Some(segment) = heap_segment {
         m.unregister_segment(segment).map_err(|e| e.to_string())?;
     }
-    boot.barrier().map_err(|e| e.to_string())?;
+    rt.bootstrap().barrier().map_err(|e| e.to_string())?;
     if rank == 0 {
-        let module = format!("{}[{}]", route.component, route.index);
         if json {
             println!("{}", to_json(&rows, &module, size, &from_text).render());
         } else {
             print!("{}", to_table(&rows, &module, size, &from_text));
         }
     }
-    boot.finalize().map_err(|e| e.to_string())?;
+    rt.finalize().map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -649,21 +602,23 @@ fn send(m: &mut Messenger, peer: u32, tag: u8, payload: &[u8]) -> Result<(), Str
     }
 }
 
+/// Progresses until every send has completed, failing at the first that
+/// failed or once nothing happened for [`STALL`].
 fn drain_sends(m: &mut Messenger) -> Result<(), String> {
-    let start = Instant::now();
-    while !m.drained() {
-        m.progress().map_err(|e| e.to_string())?;
-        for (_, status) in m.take_completions() {
-            status.map_err(|e| e.to_string())?;
-        }
-        if start.elapsed() > STALL {
-            return Err("sends did not complete".into());
-        }
-    }
-    for (_, status) in m.take_completions() {
-        status.map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    let mut failed = None;
+    m.wait_until(
+        |m| {
+            for (_, status) in m.take_completions() {
+                if let Err(e) = status {
+                    failed.get_or_insert_with(|| e.to_string());
+                }
+            }
+            failed.is_some() || m.drained()
+        },
+        STALL,
+    )
+    .map_err(|e| format!("sends did not complete: {e}"))?;
+    failed.map_or(Ok(()), Err)
 }
 
 // Not inlined, so that a profiler can count the ping-pong on its own.

@@ -16,10 +16,12 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use fireopal::btl::{MemoryHandle, Messenger, SendTicket, StallWatch};
+use fireopal::btl::{MemoryHandle, Messenger, SendTicket, WaitError};
 use fireopal_abi::btl::{Access, BtlFlags, MemRegion};
 
-use super::{bandwidth_windows, latency_iterations, open_pair, Pair, Row, SIZES, STALL, WINDOW};
+use super::{
+    bandwidth_windows, latency_iterations, open_front_door, FrontDoor, Row, SIZES, STALL, WINDOW,
+};
 use crate::json::Json;
 use crate::{CommonArgs, Failure};
 
@@ -82,24 +84,18 @@ pub(super) fn run(
     if let Some(&n) = sizes.iter().find(|&&n| n > WINDOW_BYTES) {
         return Err(format!("--sizes {n}: the window holds {WINDOW_BYTES} bytes").into());
     }
-    // The registry stays alive as long as the modules it opened.
-    let Pair {
-        mut boot,
-        registry: _registry,
-        mut m,
+    let FrontDoor {
+        mut rt,
         rank,
         size,
         peer,
-        route,
-    } = open_pair(common, op.name())?;
+        module,
+        ..
+    } = open_front_door(common, op.name())?;
+    let m = rt.messenger();
     let flags = m.attributes(peer).map(|a| a.flags).unwrap_or_default();
     if !flags.contains(op.flag()) {
-        return Err(format!(
-            "btl {} offers no {} to rank {peer}",
-            route.component,
-            op.name()
-        )
-        .into());
+        return Err(format!("btl {module} offers no {} to rank {peer}", op.name()).into());
     }
     let done = Rc::new(Cell::new(0u64));
     {
@@ -135,6 +131,7 @@ pub(super) fn run(
         .map_err(|e| format!("registering the local buffer: {e}"))?;
     let mut published = (window_region.as_ptr() as u64).to_le_bytes().to_vec();
     published.extend_from_slice(window_handle.remote_key());
+    let boot = rt.bootstrap();
     boot.put("bench_rma_window", &published)
         .map_err(|e| e.to_string())?;
     boot.fence().map_err(|e| e.to_string())?;
@@ -149,9 +146,10 @@ pub(super) fn run(
 
     let origin = rank == 0;
     let mut rows = Vec::new();
+    let m = rt.messenger();
     if origin {
         let mut ops = Ops {
-            m: &mut m,
+            m: &mut *m,
             op,
             peer,
             local: local_region,
@@ -195,11 +193,11 @@ pub(super) fn run(
             return Err(format!("get read wrong bytes from rank {peer}'s window").into());
         }
         if size == 2 {
-            send_done(&mut m, peer)?;
+            send_done(m, peer)?;
         }
     } else {
         // Serve the origin's operations until it is done.
-        serve_until_done(&mut m, &done)?;
+        serve_until_done(m, &done)?;
     }
     let check_put = op == Op::Put && (size == 1 || !origin);
     if check_put && window != pattern(CHECK_SEED, WINDOW_BYTES) {
@@ -209,16 +207,15 @@ pub(super) fn run(
         .map_err(|e| e.to_string())?;
     m.deregister_memory(window_handle)
         .map_err(|e| e.to_string())?;
-    boot.barrier().map_err(|e| e.to_string())?;
+    rt.bootstrap().barrier().map_err(|e| e.to_string())?;
     if origin {
-        let module = format!("{}[{}]", route.component, route.index);
         if json {
             println!("{}", to_json(op, &rows, &module, size).render());
         } else {
             print!("{}", to_table(op, &rows, &module, size));
         }
     }
-    boot.finalize().map_err(|e| e.to_string())?;
+    rt.finalize().map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -286,25 +283,30 @@ impl Ops<'_> {
 
     /// Progresses until every operation issued has completed.
     fn complete_all(&mut self) -> Result<(), String> {
-        let mut watch = StallWatch::new(STALL);
-        loop {
-            for (_, status) in self.m.take_completions() {
-                status.map_err(|e| format!("{} failed: {e}", self.op.name()))?;
-            }
-            if self.m.pending_sends() == 0 {
-                return Ok(());
-            }
-            let events = self.m.progress().map_err(|e| e.to_string())?;
-            if let Some((peer, why)) = self.m.take_failures().into_iter().next() {
-                return Err(format!("rank {peer} failed: {why}"));
-            }
-            if watch.stalled(events) {
-                return Err(format!(
-                    "no {} completed for {} s: is the peer alive?",
-                    self.op.name(),
-                    STALL.as_secs()
-                ));
-            }
+        let name = self.op.name();
+        let mut failed = None;
+        let waited = self.m.wait_until(
+            |m| {
+                for (_, status) in m.take_completions() {
+                    if let Err(e) = status {
+                        failed.get_or_insert_with(|| format!("{name} failed: {e}"));
+                    }
+                }
+                if let Some((peer, why)) = m.take_failures().into_iter().next() {
+                    failed.get_or_insert_with(|| format!("rank {peer} failed: {why}"));
+                }
+                failed.is_some() || m.pending_sends() == 0
+            },
+            STALL,
+        );
+        match (failed, waited) {
+            (Some(why), _) => Err(why),
+            (None, Ok(())) => Ok(()),
+            (None, Err(WaitError::Stalled { .. })) => Err(format!(
+                "no {name} completed for {} s: is the peer alive?",
+                STALL.as_secs()
+            )),
+            (None, Err(e)) => Err(e.to_string()),
         }
     }
 }
