@@ -28,29 +28,28 @@ const RATE_MBIT: u32 = 500;
 /// command after it.
 const ENTER_NODE: &str = r#"n=$((PMI_RANK / FO_PER_NODE)); exec unshare --uts sh -c "hostname $FO_NETNS$n && exec ip netns exec $FO_NETNS$n \"\$0\" \"\$@\"" "$0" "$@""#;
 
-/// Two nodes of two ranks: the point-to-point suite passes over shm inside
-/// a node and tcp across, where each peer on the other node is reached
-/// over both links.
-#[test]
-fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
+/// Runs `fireopal conformance <suite>` on two nodes of two ranks joined by
+/// two links, with `params` for `fireopal run`; checks that the job ended
+/// by itself and that every rank passed `cases` cases with none failed.
+/// `None` where namespaces cannot be made here (the test is skipped).
+fn two_nodes_pass(suite: &str, params: &[&str], cases: usize) -> Option<(String, String)> {
     let nodes = match VethPair::create_with(2, None) {
         Ok(n) => n,
         Err(why) => {
             eprintln!("skipped: cannot create network namespaces here: {why}");
-            return;
+            return None;
         }
     };
     let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = Command::new(&host);
+    cmd.args(["run", "-n", "4", "--param", "btl_tcp_if_exclude=lo"]);
+    for p in params {
+        cmd.args(["--param", p]);
+    }
     let out = run_with_timeout(
-        Command::new(&host)
-            .args(["run", "-n", "4", "--param", "log_level=debug"])
-            .args(["--param", "btl_tcp_if_exclude=lo"])
-            // shm pipelines under 128 KiB on every processor, so that
-            // `rendezvous-by-size` applies from rank 0 to rank 1.
-            .args(["--param", "btl_shm_min_rdma_pipeline_size=131072", "--"])
-            .args(["sh", "-c", ENTER_NODE])
+        cmd.args(["--", "sh", "-c", ENTER_NODE])
             .arg(&host)
-            .args(["conformance", "--p2p"])
+            .args(["conformance", suite])
             .env("FO_NETNS", nodes.prefix())
             .env("FO_PER_NODE", "2")
             .env("FIREOPAL_BTL", "self,shm,tcp"),
@@ -59,18 +58,31 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
     let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(!out.timed_out, "timed out\n{report}");
     assert_eq!(out.code, Some(0), "{report}");
-    // Every case applies: `rendezvous-put` goes from rank 0 to rank 3,
-    // across the two links.
     for rank in 0..4 {
         assert!(
             out.stdout
-                .contains(&format!("rank {rank}: 16 passed, 0 failed")),
+                .contains(&format!("rank {rank}: {cases} passed, 0 failed")),
             "rank {rank}\n{report}"
         );
     }
+    Some((out.stdout, report))
+}
+
+/// Two nodes of two ranks: the point-to-point suite passes over shm inside
+/// a node and tcp across, where each peer on the other node is reached
+/// over both links. Every case applies: `rendezvous-put` goes from rank 0
+/// to rank 3, across the two links.
+#[test]
+fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
+    // shm pipelines under 128 KiB on every processor, so that
+    // `rendezvous-by-size` applies from rank 0 to rank 1.
+    let params = ["log_level=debug", "btl_shm_min_rdma_pipeline_size=131072"];
+    let Some((_, report)) = two_nodes_pass("--p2p", &params, 16) else {
+        return;
+    };
     let route = |from: u32, to: u32| {
         let start = format!("fireopal[{from}] btl: rank {to} via ");
-        out.stderr
+        report
             .lines()
             .find_map(|l| l.strip_prefix(start.as_str()))
             .unwrap_or_else(|| panic!("no route {from} -> {to}\n{report}"))
@@ -84,51 +96,22 @@ fn two_nodes_of_two_ranks_use_shm_inside_and_both_links_across() {
         assert_eq!(lanes.matches("tcp[").count(), 2, "{from} -> {to}: {r}");
     }
 }
+
 /// Two nodes of two PEs: the one-sided suite passes with the node's other
-/// PE reached through a mapping and the other node's over both tcp links,
-/// and the PE that dies at the end is seen dead across both.
+/// PE reached through a mapping and the other node's over tcp, and the PE
+/// that dies at the end is seen dead across both.
 #[test]
 fn two_nodes_of_two_pes_run_the_one_sided_suite_over_mappings_and_tcp() {
-    let nodes = match VethPair::create_with(2, None) {
-        Ok(n) => n,
-        Err(why) => {
-            eprintln!("skipped: cannot create network namespaces here: {why}");
-            return;
-        }
+    let Some((stdout, report)) = two_nodes_pass("--shmem", &[], 13) else {
+        return;
     };
-    let host = host_binary().unwrap_or_else(|e| panic!("{e}"));
-    let out = run_with_timeout(
-        Command::new(&host)
-            .args(["run", "-n", "4"])
-            .args(["--param", "btl_tcp_if_exclude=lo", "--"])
-            .args(["sh", "-c", ENTER_NODE])
-            .arg(&host)
-            .args(["conformance", "--shmem"])
-            .env("FO_NETNS", nodes.prefix())
-            .env("FO_PER_NODE", "2")
-            .env("FIREOPAL_BTL", "self,shm,tcp"),
-        Duration::from_secs(300),
-    );
-    let report = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(!out.timed_out, "timed out\n{report}");
-    assert_eq!(out.code, Some(0), "{report}");
-    for rank in 0..4 {
-        assert!(
-            out.stdout
-                .contains(&format!("rank {rank}: 13 passed, 0 failed")),
-            "rank {rank}\n{report}"
-        );
+    for (rank, paths) in [
+        (0, "Own, Mapped, Remote, Remote"),
+        (3, "Remote, Remote, Mapped, Own"),
+    ] {
+        let line = format!("rank {rank}: paths to the PEs: {paths};");
+        assert!(stdout.contains(&line), "{line}\n{report}");
     }
-    assert!(
-        out.stdout
-            .contains("rank 0: paths to the PEs: Own, Mapped, Remote, Remote;"),
-        "{report}"
-    );
-    assert!(
-        out.stdout
-            .contains("rank 3: paths to the PEs: Remote, Remote, Mapped, Own;"),
-        "{report}"
-    );
 }
 
 const SIZE: usize = 4 << 20;

@@ -167,6 +167,20 @@ fn tcp_on_loopback_two_ranks() {
     .passes();
 }
 
+/// A symmetric heap as large as the registration cache's byte limit,
+/// exposed on every module, leaves the cache room for the buffers it keeps
+/// for reuse: the `reregistration` case sends twice from one buffer and
+/// the second send must register nothing.
+#[test]
+fn a_heap_as_large_as_the_cache_limit_leaves_room_for_user_buffers() {
+    Job {
+        params: &["symmetric_size=1g", "rcache_max_bytes=1g"],
+        cases: Some(&["reregistration"]),
+        ..Job::new("self,shm", 2)
+    }
+    .passes();
+}
+
 #[test]
 fn tcp_on_loopback_four_ranks() {
     Job {

@@ -241,12 +241,12 @@ pub(crate) fn param_specs() -> Vec<ParamSpec> {
         ParamSpec::new(
             "rcache_max_count",
             ParamValue::UInt(4096),
-            "most registrations kept by the messenger's cache before idle ones are released",
+            "most registrations kept by the messenger's cache before idle ones are released (memory exposed to every peer for the runtime's life, such as the symmetric heap, comes on top)",
         ),
         ParamSpec::new(
             "rcache_max_bytes",
             ParamValue::Size(1 << 30),
-            "most bytes kept registered by the messenger's cache before idle registrations are released",
+            "most bytes kept registered by the messenger's cache before idle registrations are released (memory exposed to every peer for the runtime's life, such as the symmetric heap, comes on top)",
         ),
     ]
 }

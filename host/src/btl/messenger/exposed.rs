@@ -66,8 +66,13 @@ impl Messenger {
                 "the modules' remote keys do not fit one key: {e}"
             )))
         })?;
+        self.registrations.exposed_change(&regs, true);
         Ok(MemoryHandle {
-            held: Held::Lanes { regs, key },
+            held: Held::Lanes {
+                regs,
+                key,
+                exposed: true,
+            },
         })
     }
 

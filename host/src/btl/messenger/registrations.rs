@@ -102,10 +102,13 @@ pub(super) enum Held {
     /// A registration of the cache.
     Cached(Registration<ModuleRegistrar>),
     /// Registrations on each lane of a route of several modules, and the
-    /// remote key naming them all (`core::wire::am::encode_lane_keys`).
+    /// remote key naming them all (`core::wire::am::encode_lane_keys`);
+    /// `exposed` when they are memory exposed to every peer
+    /// ([`Messenger::expose_memory`]), which the cache's limits leave out.
     Lanes {
         regs: Vec<(usize, Registration<ModuleRegistrar>)>,
         key: Vec<u8>,
+        exposed: bool,
     },
     /// Local memory on a module that needs no registration for it.
     Unregistered,
@@ -169,6 +172,12 @@ impl MemoryHandle {
 /// The messenger's registration state.
 pub(super) struct Registrations {
     cache: RegCache<ModuleRegistrar>,
+    /// `rcache_max_count` and `rcache_max_bytes`.
+    limits: (usize, usize),
+    /// Registrations and bytes of exposed memory: held as long as the
+    /// runtime, they are added to the limits, so that they do not crowd
+    /// the buffers the cache keeps for reuse out of it.
+    exposed: (usize, usize),
     /// The cache's transport of each module.
     transports: Vec<TransportId>,
     released: Arc<Released>,
@@ -177,6 +186,26 @@ pub(super) struct Registrations {
 }
 
 impl Registrations {
+    /// Counts `regs` into the exposed memory (`add`) or out of it, and
+    /// sets the cache's limits to the parameters' plus that memory.
+    pub(super) fn exposed_change(
+        &mut self,
+        regs: &[(usize, Registration<ModuleRegistrar>)],
+        add: bool,
+    ) {
+        let bytes: usize = regs.iter().map(|(_, r)| r.region().len()).sum();
+        let (count, held) = self.exposed;
+        self.exposed = if add {
+            (count.saturating_add(regs.len()), held.saturating_add(bytes))
+        } else {
+            (count.saturating_sub(regs.len()), held.saturating_sub(bytes))
+        };
+        self.cache.set_limits(
+            self.limits.0.saturating_add(self.exposed.0),
+            self.limits.1.saturating_add(self.exposed.1),
+        );
+    }
+
     /// The cache over `modules` modules, with the monitor and limits the
     /// parameters ask for.
     pub(super) fn new(
@@ -197,6 +226,7 @@ impl Registrations {
             merge: true,
         };
         let cache = RegCache::new(config).unwrap_or_default();
+        let limits = (config.max_count, config.max_bytes);
         let released = Arc::new(Released::default());
         let transports = (0..modules)
             .map(|module| {
@@ -209,6 +239,8 @@ impl Registrations {
             .unwrap_or_default();
         Ok(Self {
             cache,
+            limits,
+            exposed: (0, 0),
             transports,
             released,
             userfaultfd: monitor.userfaultfd.map(|u| (u, Subscription::new())),
@@ -319,7 +351,11 @@ impl Messenger {
             });
         }
         Ok(MemoryHandle {
-            held: Held::Lanes { regs, key },
+            held: Held::Lanes {
+                regs,
+                key,
+                exposed: false,
+            },
         })
     }
 
@@ -392,7 +428,12 @@ impl Messenger {
     pub fn deregister_memory(&mut self, handle: MemoryHandle) -> Result<(), SendError> {
         let regs = match handle.held {
             Held::Cached(reg) => vec![reg],
-            Held::Lanes { regs, .. } => regs.into_iter().map(|(_, r)| r).collect(),
+            Held::Lanes { regs, exposed, .. } => {
+                if exposed {
+                    self.registrations.exposed_change(&regs, false);
+                }
+                regs.into_iter().map(|(_, r)| r).collect()
+            }
             Held::Unregistered => Vec::new(),
         };
         for reg in regs {
