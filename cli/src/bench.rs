@@ -37,12 +37,13 @@ use fireopal::btl::{Messenger, SendTicket, StallWatch, TransferBufferHandle};
 use fireopal::memheap::SymmetricHeap;
 use fireopal::p2p::P2p;
 use fireopal::plugin::{Framework, Options, Registry, Status};
+use fireopal::RuntimeError;
 use fireopal_abi::btl::{BtlFlags, MemRegion};
 
 use self::tagged::Tagged;
 use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
-use super::{CommonArgs, Failure};
+use super::{discovery_error, is_usage_error, CommonArgs, Failure};
 
 const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
 const WINDOW: usize = 64;
@@ -278,11 +279,22 @@ struct FrontDoor {
 /// Starts the runtime for benchmark `what`, with blocking calls that give
 /// up after [`STALL`].
 fn open_front_door(common: &CommonArgs, what: &str) -> Result<FrontDoor, Failure> {
-    let mut rt = fireopal::Runtime::init_with(Options {
+    let options = || Options {
         command_line: common.params.clone(),
         ..Options::default()
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    let mut rt = fireopal::Runtime::init_with(options()).map_err(|e| match e {
+        // Which components there are, for a component asked for by name.
+        RuntimeError::Components(e) => {
+            let text = discovery_error(&Registry::discover(&options()), &e);
+            if is_usage_error(&e) {
+                Failure::Usage(text)
+            } else {
+                Failure::Run(text)
+            }
+        }
+        e => Failure::Run(e.to_string()),
+    })?;
     let world = rt.world();
     let (rank, size) = (world.rank(), world.size());
     if size > 2 {
