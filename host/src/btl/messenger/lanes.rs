@@ -172,24 +172,47 @@ impl Messenger {
         class: Class,
     ) -> Result<SendTicket, SendError> {
         let route = self.live_route(peer)?;
-        if !route.sequenced {
+        let sent = if route.sequenced {
+            self.send_on_lanes(peer, tag, header, payload, class)
+        } else {
             let i = *route
                 .modules
                 .first()
                 .ok_or_else(|| SendError::Unreachable(peer))?;
-            return match self.send_routed(i, peer, tag, header, payload, class) {
-                // The only lane is gone: the peer fails now, as the
-                // module's own report of it will say, and the sender
-                // learns which peer.
-                Err(SendError::Module(e)) if replay::lane_refused(e.kind) => {
-                    let failure = PeerFailure::Transport(e);
-                    self.fail_lanes(peer, failure.clone());
-                    Err(SendError::PeerFailed { peer, failure })
-                }
-                sent => sent,
-            };
+            self.send_routed(i, peer, tag, header, payload, class)
+        };
+        self.fail_peer_on_refusal(peer, sent)
+    }
+
+    /// A module's refusal that says the lane to `peer` is gone, when it was
+    /// the route's last lane, fails the peer now, as the module's own
+    /// report of it will, so that the caller learns which peer failed.
+    /// (With lanes left, a send goes again on them before its error gets
+    /// here; an RDMA operation fails alone.)
+    #[inline]
+    pub(super) fn fail_peer_on_refusal<T>(
+        &mut self,
+        peer: Rank,
+        result: Result<T, SendError>,
+    ) -> Result<T, SendError> {
+        match result {
+            Err(SendError::Module(e))
+                if replay::lane_refused(e.kind) && self.lanes_left(peer) <= 1 =>
+            {
+                let failure = PeerFailure::Transport(e);
+                self.fail_lanes(peer, failure.clone());
+                Err(SendError::PeerFailed { peer, failure })
+            }
+            result => result,
         }
-        self.send_on_lanes(peer, tag, header, payload, class)
+    }
+
+    /// The lanes still open to `peer`.
+    fn lanes_left(&self, peer: Rank) -> usize {
+        self.shared
+            .routes
+            .get(peer as usize)
+            .map_or(0, |r| r.modules.len())
     }
 
     /// [`send_message`](Self::send_message) on a sequenced route: kept out

@@ -83,6 +83,30 @@ impl Messenger {
         remote_addr: u64,
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
+        let started = self.rdma_on_route(
+            write,
+            class,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+            remote_key,
+        );
+        self.fail_peer_on_refusal(peer, started)
+    }
+
+    /// [`rdma`](Self::rdma) on the route to `peer`, as its modules answer.
+    #[allow(clippy::too_many_arguments)]
+    fn rdma_on_route(
+        &mut self,
+        write: bool,
+        class: Class,
+        peer: Rank,
+        local: MemRegion,
+        local_handle: Option<&MemoryHandle>,
+        remote_addr: u64,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
         let i = self.module_for(peer)?;
         let op = Rdma {
             write,
