@@ -38,9 +38,10 @@ use fireopal_abi::btl::Rank;
 
 use abi_stable::std_types::RSlice;
 use fireopal_abi::btl::{BtlFlags, Completion};
+use fireopal_abi::ErrorKind;
 use fireopal_core::wire::am::FirstFragment;
 
-use super::replay::{self, LaneEvent, ReplayStore};
+use super::replay::{LaneEvent, ReplayStore};
 use super::sink::Sink;
 use super::{
     Class, Messenger, PeerFailure, SendError, SendId, SendTicket, TAG_FRAG_FIRST, TAG_FRAG_NEXT,
@@ -196,9 +197,7 @@ impl Messenger {
         result: Result<T, SendError>,
     ) -> Result<T, SendError> {
         match result {
-            Err(SendError::Module(e))
-                if replay::lane_refused(e.kind) && self.lanes_left(peer) <= 1 =>
-            {
+            Err(SendError::Module(e)) if connection_gone(e.kind) && self.lanes_left(peer) <= 1 => {
                 let failure = PeerFailure::Transport(e);
                 self.fail_lanes(peer, failure.clone());
                 Err(SendError::PeerFailed { peer, failure })
@@ -631,6 +630,16 @@ pub(super) fn forget(reorder: &mut [Reorder], peer: Rank) {
     if let Some(r) = reorder.get_mut(peer as usize) {
         r.held.clear();
     }
+}
+
+/// Whether a module's refusal of kind `kind` says its connection to the
+/// peer is gone (not an error of the one operation, such as a bad
+/// address).
+fn connection_gone(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::CONNECTION_RESET | ErrorKind::CONNECTION_CLOSED | ErrorKind::PEER_FAILED
+    )
 }
 
 #[cfg(test)]
