@@ -18,6 +18,10 @@
 //! `ceil(log2 n)` rounds meet everyone. Each notice carries flags that
 //! are anded on the way, which after the last round is the and of every
 //! PE's flags (the and is idempotent, so reaching a PE twice is harmless).
+//! A PE that sees the PE it waits for fail tells every other PE
+//! ([`BarrierAbort`]), since the PEs that wait for its later notices, or
+//! for a PE waiting on it, would otherwise wait until the stall limit;
+//! from then on every barrier fails naming the dead PE.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
