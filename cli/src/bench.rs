@@ -43,7 +43,7 @@ use fireopal_abi::btl::{BtlFlags, MemRegion};
 use self::tagged::Tagged;
 use super::args::{self, Arg, Args, Stop};
 use super::json::Json;
-use super::{discovery_error, is_usage_error, CommonArgs, Failure};
+use super::{discovery_failure, CommonArgs, Failure};
 
 const SIZES: [usize; 8] = [0, 8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20, 4 << 20];
 const WINDOW: usize = 64;
@@ -285,14 +285,7 @@ fn open_front_door(common: &CommonArgs, what: &str) -> Result<FrontDoor, Failure
     };
     let mut rt = fireopal::Runtime::init_with(options()).map_err(|e| match e {
         // Which components there are, for a component asked for by name.
-        RuntimeError::Components(e) => {
-            let text = discovery_error(&Registry::discover(&options()), &e);
-            if is_usage_error(&e) {
-                Failure::Usage(text)
-            } else {
-                Failure::Run(text)
-            }
-        }
+        RuntimeError::Components(e) => discovery_failure(&Registry::discover(&options()), &e),
         e => Failure::Run(e.to_string()),
     })?;
     let world = rt.world();

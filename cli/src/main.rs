@@ -157,8 +157,18 @@ pub(crate) fn open_registry(options: &Options) -> Result<Registry, Failure> {
     let registry = Registry::discover(options);
     match registry.errors().first() {
         None => Ok(registry),
-        Some(e) if is_usage_error(e) => Err(Failure::Usage(discovery_error(&registry, e))),
-        Some(e) => Err(Failure::Run(discovery_error(&registry, e))),
+        Some(e) => Err(discovery_failure(&registry, e)),
+    }
+}
+
+/// How discovery error `e` ends the command: as a usage error or not
+/// (see [`is_usage_error`]), saying what [`discovery_error`] says.
+pub(crate) fn discovery_failure(registry: &Registry, e: &DiscoveryError) -> Failure {
+    let text = discovery_error(registry, e);
+    if is_usage_error(e) {
+        Failure::Usage(text)
+    } else {
+        Failure::Run(text)
     }
 }
 

@@ -604,44 +604,27 @@ fn check_output(what: &str, stdout: &[String], n: u32, samples: u64, bins: usize
         let mine: Vec<&String> = stdout.iter().filter(|l| l.starts_with(&prefix)).collect();
         assert_eq!(mine.len(), 1, "{what}: PE {pe}: {stdout:?}");
         let start = (pe as usize * per_pe).min(bins);
-        let owned = (start + per_pe).min(bins) - start;
+        let owned = start..(start + per_pe).min(bins);
         let line = mine[0];
         let count = line
             .split_whitespace()
-            .skip_while(|w| !w.starts_with("hold"))
+            .skip_while(|w| *w != "hold")
             .nth(1)
             .and_then(|c| c.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("{what}: no sample count in {line:?}"));
-        let want = format!(
-            "{prefix}{} hold{} {}, all match the senders' counts",
-            plural(owned as u64, "bin"),
-            if owned == 1 { "s" } else { "" },
-            plural(count, "sample")
-        );
+        let want =
+            format!("{prefix}bins {owned:?} hold {count} samples, all match the senders' counts");
         assert_eq!(*line, want, "{what}: PE {pe}");
         held += count;
     }
     assert_eq!(held, total, "{what}: the PEs' bins hold {held}: {stdout:?}");
-    let grand = format!(
-        "total: {} in {}, {total} drawn by {}",
-        plural(total, "sample"),
-        plural(bins as u64, "bin"),
-        plural(n.into(), "PE")
-    );
+    let grand = format!("total: {total} samples in {bins} bins, {total} drawn by {n} PEs");
     assert_eq!(
         stdout.iter().filter(|l| **l == grand).count(),
         1,
         "{what}: want {grand:?} once in {stdout:?}"
     );
     assert_eq!(stdout.len(), n as usize + 1, "{what}: {stdout:?}");
-}
-
-fn plural(count: u64, word: &str) -> String {
-    if count == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{count} {word}s")
-    }
 }
 
 #[test]

@@ -138,12 +138,8 @@ fn run(samples: u64, bins: usize) -> Result<(), Box<dyn std::error::Error>> {
     verdict = verdict.and_then(|()| check_bins(&here, &from, owned.clone()));
     let held: u64 = here.iter().sum();
     if verdict.is_ok() {
-        let k = owned.len();
         println!(
-            "PE {me} of {n}: {k} bin{} hold{} {held} sample{}, all match the senders' counts",
-            s(k as u64),
-            if k == 1 { "s" } else { "" },
-            s(held)
+            "PE {me} of {n}: bins {owned:?} hold {held} samples, all match the senders' counts"
         );
     }
 
@@ -157,12 +153,7 @@ fn run(samples: u64, bins: usize) -> Result<(), Box<dyn std::error::Error>> {
         }
         let want = u64::from(n) * samples;
         if total == want && drawn_total == want {
-            println!(
-                "total: {total} sample{} in {bins} bin{}, {drawn_total} drawn by {n} PE{}",
-                s(total),
-                s(bins as u64),
-                s(n.into())
-            );
+            println!("total: {total} samples in {bins} bins, {drawn_total} drawn by {n} PEs");
         } else {
             verdict = Err(format!(
                 "the bins hold {total} samples and the PEs say they drew {drawn_total}, \
@@ -197,13 +188,4 @@ fn check_bins(here: &[u64], from: &[u64], owned: std::ops::Range<usize>) -> Resu
         }
     }
     Ok(())
-}
-
-/// The plural ending for `count` things.
-fn s(count: u64) -> &'static str {
-    if count == 1 {
-        ""
-    } else {
-        "s"
-    }
 }

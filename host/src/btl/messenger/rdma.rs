@@ -83,31 +83,6 @@ impl Messenger {
         remote_addr: u64,
         remote_key: &[u8],
     ) -> Result<SendTicket, SendError> {
-        let started = self.rdma_on_route(
-            write,
-            class,
-            peer,
-            local,
-            local_handle,
-            remote_addr,
-            remote_key,
-        );
-        self.fail_peer_on_refusal(peer, started)
-    }
-
-    /// [`rdma`](Self::rdma) on the route to `peer`, as its modules answer.
-    #[allow(clippy::too_many_arguments)]
-    fn rdma_on_route(
-        &mut self,
-        write: bool,
-        class: Class,
-        peer: Rank,
-        local: MemRegion,
-        local_handle: Option<&MemoryHandle>,
-        remote_addr: u64,
-        remote_key: &[u8],
-    ) -> Result<SendTicket, SendError> {
-        let i = self.module_for(peer)?;
         let op = Rdma {
             write,
             peer,
@@ -115,15 +90,35 @@ impl Messenger {
             local_handle,
             remote_addr,
         };
+        let started = self.rdma_on_route(class, &op, remote_key);
+        self.fail_peer_on_refusal(peer, started)
+    }
+
+    /// [`rdma`](Self::rdma) on the route to `op`'s peer, as its modules
+    /// answer.
+    fn rdma_on_route(
+        &mut self,
+        class: Class,
+        op: &Rdma<'_>,
+        remote_key: &[u8],
+    ) -> Result<SendTicket, SendError> {
+        let Rdma {
+            write,
+            peer,
+            local,
+            local_handle,
+            remote_addr,
+        } = *op;
+        let i = self.module_for(peer)?;
         if self.shared.routes[peer as usize].sequenced {
             if let Some(keys) = decode_lane_keys(remote_key) {
                 let lanes = self.lanes_of(peer, &keys);
-                return self.rdma_striped(class, &op, &lanes);
+                return self.rdma_striped(class, op, &lanes);
             }
         }
         if local.len() > frag_limit(self.slots[i].attrs.rdma_pipeline_frag_size) {
             // Larger than the module moves in one operation: in fragments.
-            return self.rdma_striped(class, &op, &[(i, remote_key.to_vec())]);
+            return self.rdma_striped(class, op, &[(i, remote_key.to_vec())]);
         }
         self.start_tracked(i, class, |module, cookie| {
             let op = RdmaOp {
