@@ -75,9 +75,11 @@ def read_kv(path):
 
 
 def human(n):
-    if n >= 1 << 20:
+    """`n` in the largest unit it is a whole number of, as the benches
+    print it."""
+    if n >= 1 << 20 and n % (1 << 20) == 0:
         return f"{n >> 20} MiB"
-    if n >= 1 << 10:
+    if n >= 1 << 10 and n % (1 << 10) == 0:
         return f"{n >> 10} KiB"
     return f"{n} B"
 

@@ -701,11 +701,15 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
 
+/// `n` in the largest unit it is a whole number of (`65600 B`, `64 KiB`,
+/// `1 MiB`), so that no two sizes print alike.
 fn human_size(n: usize) -> String {
-    match n {
-        0..=1023 => format!("{n} B"),
-        1024..=1_048_575 => format!("{} KiB", n >> 10),
-        _ => format!("{} MiB", n >> 20),
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
     }
 }
 

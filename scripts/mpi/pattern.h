@@ -18,14 +18,15 @@ static inline int bw_windows(int n) {
     return n <= 8192 ? 400 : n <= 65536 ? 100 : n <= (1 << 20) ? 20 : 8;
 }
 
-/* One result row, sized as the fireopal bench prints it. */
+/* One result row, sized as the fireopal bench prints it: in the largest
+ * unit the size is a whole number of. */
 static inline void print_row(int n, double latency_us, double bandwidth_mbs) {
-    if (n < 1024)
-        printf("%8d B %14.2f %16.1f\n", n, latency_us, bandwidth_mbs);
-    else if (n < (1 << 20))
+    if (n >= (1 << 20) && n % (1 << 20) == 0)
+        printf("%6d MiB %14.2f %16.1f\n", n >> 20, latency_us, bandwidth_mbs);
+    else if (n >= 1024 && n % 1024 == 0)
         printf("%6d KiB %14.2f %16.1f\n", n >> 10, latency_us, bandwidth_mbs);
     else
-        printf("%6d MiB %14.2f %16.1f\n", n >> 20, latency_us, bandwidth_mbs);
+        printf("%8d B %14.2f %16.1f\n", n, latency_us, bandwidth_mbs);
 }
 
 #endif

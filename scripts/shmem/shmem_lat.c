@@ -30,9 +30,10 @@ static double now_us(void)
 
 static void print_row(size_t n, double us, double mbs)
 {
-    if (n >= (1u << 20))
+    /* In the largest unit the size is a whole number of. */
+    if (n >= (1u << 20) && n % (1u << 20) == 0)
         printf("%10zu MiB %14.3f %16.1f\n", n >> 20, us, mbs);
-    else if (n >= 1024)
+    else if (n >= 1024 && n % 1024 == 0)
         printf("%10zu KiB %14.3f %16.1f\n", n >> 10, us, mbs);
     else
         printf("%10zu B %14.3f %16.1f\n", n, us, mbs);

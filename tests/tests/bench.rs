@@ -499,7 +499,8 @@ fn compare_script_runs_both_sides_every_round_and_reports_ratios() {
 }
 
 /// `--sizes` measures the same sizes on both sides, in place of the
-/// default ones, and the machine line says which.
+/// default ones, and the machine line says which. A size that is not a
+/// whole number of KiB prints in bytes on both sides, so it pairs up.
 #[test]
 fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
     if !compare_tools_found() {
@@ -509,7 +510,7 @@ fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
     let raw = tmp.path().join("raw");
     let mut cmd = compare_sh();
     cmd.args(["--bench", "p2p", "--btl", "shm", "--rounds", "1", "--quick"])
-        .args(["--peers", "mpich", "--no-limits", "--sizes", "16384,32768"])
+        .args(["--peers", "mpich", "--no-limits", "--sizes", "16384,33000"])
         .arg("--out")
         .arg(&raw);
     let out = run_with_timeout(&mut cmd, Duration::from_secs(600));
@@ -520,7 +521,7 @@ fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
         out.stdout
             .lines()
             .next()
-            .is_some_and(|l| l.contains("sizes 16384,32768")),
+            .is_some_and(|l| l.contains("sizes 16384,33000")),
         "machine line\n{report}"
     );
     let (tables, _) = out
@@ -534,12 +535,12 @@ fn compare_script_measures_the_sizes_asked_for_on_both_sides() {
         .collect();
     assert_eq!(
         labels,
-        ["16 KiB", "32 KiB", "16 KiB", "32 KiB"],
+        ["16 KiB", "33000 B", "16 KiB", "33000 B"],
         "latency and bandwidth rows\n{report}"
     );
     let mpi = std::fs::read_to_string(raw.join("round-1-mpich.txt"))
         .unwrap_or_else(|e| panic!("{e}\n{report}"));
-    assert_eq!(sizes(&mpi), ["16 KiB", "32 KiB"], "{mpi}");
+    assert_eq!(sizes(&mpi), ["16 KiB", "33000 B"], "{mpi}");
     let bad = compare_sh()
         .args(["--bench", "p2p", "--sizes", "16k"])
         .output()
