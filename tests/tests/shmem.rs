@@ -146,7 +146,11 @@ fn tcp_with_small_frames_moves_large_transfers_in_rdma_fragments() {
     passes(
         "self,tcp",
         2,
-        &["btl_tcp_if_include=lo", "btl_tcp_max_send_size=64k"],
+        &[
+            "btl_tcp_if_include=lo",
+            "btl_tcp_eager_limit=16k",
+            "btl_tcp_max_send_size=64k",
+        ],
         &[],
     );
 }

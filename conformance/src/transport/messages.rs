@@ -262,9 +262,12 @@ pub(super) fn sendi_order<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome,
     let mut job = Job::<C::Module>::connected::<C>(setup)?;
     let (from, to) = job.pair()?;
     let a = job.procs[from].attributes;
-    let span = (2 * a.max_sendi_size)
-        .clamp(64, 256 << 10)
-        .min(a.max_send_size.saturating_sub(8));
+    // Most lengths up to the sendi limit (at most 128 KiB), one in eight
+    // just over it, so that sendi is tried both ways whatever the limit
+    // without moving gigabytes.
+    let largest = a.max_send_size.saturating_sub(8);
+    let span = a.max_sendi_size.clamp(64, 128 << 10).min(largest);
+    let over = a.max_sendi_size.saturating_sub(7).min(largest);
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut pending = vec![Vec::new(); job.procs.len()];
     let mut busy_over_limit = 0;
@@ -272,7 +275,11 @@ pub(super) fn sendi_order<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome,
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let len = (x % (span + 1)) as usize;
+        let len = if (x >> 11) & 7 == 0 {
+            (over + (x >> 20) % 4096).min(largest)
+        } else {
+            x % (span + 1)
+        } as usize;
         let payload = pattern(seed(from as u32, to as u32, i), len);
         let header = i.to_le_bytes();
         let p = &mut job.procs[from];
@@ -321,7 +328,7 @@ pub(super) fn sendi_order<C: BtlComponentImpl>(setup: &Setup) -> Result<Outcome,
             || format!("message {i} corrupted"),
         )?;
     }
-    ensure(busy_over_limit > 0 || span + 8 <= a.max_sendi_size, || {
+    ensure(busy_over_limit > 0 || over + 8 <= a.max_sendi_size, || {
         "no sendi over the limit was tried".into()
     })?;
     complete_all(&mut job, &pending)?;

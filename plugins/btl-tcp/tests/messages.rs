@@ -255,8 +255,8 @@ fn without_batching_every_sendi_writes_at_once() {
 fn attributes_and_addresses() {
     let mut procs = job(JobSpec::new(2));
     let a = procs[0].m().attributes().unwrap();
-    assert_eq!(a.max_sendi_size, 64 << 10);
-    assert_eq!(a.eager_limit, 64 << 10);
+    assert_eq!(a.max_sendi_size, 256 << 10);
+    assert_eq!(a.eager_limit, 256 << 10);
     assert_eq!(a.max_send_size, 8 << 20);
     assert_eq!(a.registration_handle_size, 16);
     assert!(a
