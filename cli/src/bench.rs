@@ -418,13 +418,16 @@ fn run(
     // dropped: both sides finish their setup before the first one leaves.
     rt.bootstrap().barrier().map_err(|e| e.to_string())?;
     let p = rt.p2p();
+    let (mut pings, mut acks) = (Arrivals::new(pings), Arrivals::new(acks));
     let mut rows = Vec::new();
     for &n in sizes {
         let (iters, warmup) = latency_iterations(n, quick);
-        let t = pingpong(p, rank, size, peer, &source, n, iters, warmup, &pings)?;
+        let t = pingpong(p, rank, size, peer, &source, n, iters, warmup, &mut pings)?;
         let latency_us = t.as_secs_f64() * 1e6 / (2.0 * iters as f64);
         let windows = bandwidth_windows(n, quick);
-        let t = stream(p, rank, size, peer, &source, n, windows, &pings, &acks)?;
+        let t = stream(
+            p, rank, size, peer, &source, n, windows, &mut pings, &mut acks,
+        )?;
         let bytes = (n * WINDOW * windows) as f64;
         let bandwidth_mbs = bytes / t.as_secs_f64() / 1e6;
         rows.push(Row {
@@ -599,6 +602,12 @@ impl Source<'_> {
             _ => wait_serving(p, counter, target, false),
         }
     }
+
+    /// Waits for the next `k` messages of `from`, of `n` bytes each.
+    fn wait_next(&self, p: &mut P2p, from: &mut Arrivals, k: u64, n: usize) -> Result<(), String> {
+        let target = from.expect(k);
+        self.wait(p, &from.count, target, n)
+    }
 }
 
 fn send(m: &mut Messenger, peer: u32, tag: u8, payload: &[u8]) -> Result<(), String> {
@@ -638,29 +647,52 @@ fn pingpong(
     n: usize,
     iters: usize,
     warmup: usize,
-    pings: &Cell<u64>,
+    pings: &mut Arrivals,
 ) -> Result<Duration, String> {
     let mut start = Instant::now();
     for i in 0..warmup + iters {
         if i == warmup {
             start = Instant::now();
         }
-        let seen = pings.get();
         if size == 1 {
             // One process: a round trip is two one-way trips to itself.
             payload.send(m, peer, TAG_PING, n)?;
-            payload.wait(m, pings, seen + 1, n)?;
+            payload.wait_next(m, pings, 1, n)?;
             payload.send(m, peer, TAG_PING, n)?;
-            payload.wait(m, pings, seen + 2, n)?;
+            payload.wait_next(m, pings, 1, n)?;
         } else if rank == 0 {
             payload.send(m, peer, TAG_PING, n)?;
-            payload.wait(m, pings, seen + 1, n)?;
+            payload.wait_next(m, pings, 1, n)?;
         } else {
-            payload.wait(m, pings, seen + 1, n)?;
+            payload.wait_next(m, pings, 1, n)?;
             payload.send(m, peer, TAG_PING, n)?;
         }
     }
     Ok(start.elapsed())
+}
+
+/// The messages of one tag from the peer: the handler counts them as
+/// they arrive, and `due` is how many the pattern has had the peer send
+/// so far. A wait is for `due` arrivals, not for one more than the count
+/// seen before it: a message that came early (while this side still
+/// drove its own last send, or the block before) is then not waited for
+/// a second time.
+struct Arrivals {
+    count: Rc<Cell<u64>>,
+    due: u64,
+}
+
+impl Arrivals {
+    fn new(count: Rc<Cell<u64>>) -> Self {
+        Self { count, due: 0 }
+    }
+
+    /// Counts `k` more messages the peer sends: the arrivals that mean
+    /// all of them are in.
+    fn expect(&mut self, k: u64) -> u64 {
+        self.due += k;
+        self.due
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -672,24 +704,22 @@ fn stream(
     payload: &Source<'_>,
     n: usize,
     windows: usize,
-    pings: &Cell<u64>,
-    acks: &Cell<u64>,
+    pings: &mut Arrivals,
+    acks: &mut Arrivals,
 ) -> Result<Duration, String> {
-    let (ping_base, ack_base) = (pings.get(), acks.get());
     let start = Instant::now();
-    for w in 1..=windows as u64 {
-        let pings_due = ping_base + w * WINDOW as u64;
+    for _ in 0..windows {
         if size == 1 || rank == 0 {
             for _ in 0..WINDOW {
                 payload.send(m, peer, TAG_PING, n)?;
             }
         }
         if size == 1 || rank == 1 {
-            payload.wait(m, pings, pings_due, n)?;
+            payload.wait_next(m, pings, WINDOW as u64, n)?;
             send(m.messenger(), peer, TAG_ACK, &[])?;
         }
         if size == 1 || rank == 0 {
-            payload.wait(m, acks, ack_base + w, 0)?;
+            payload.wait_next(m, acks, 1, 0)?;
         }
     }
     Ok(start.elapsed())

@@ -85,6 +85,7 @@ pub(super) fn run(
     // dropped: both sides register before the first one leaves.
     rt.bootstrap().barrier().map_err(|e| e.to_string())?;
 
+    let mut pings = super::Arrivals::new(pings);
     let mut rows = Vec::new();
     for &n in sizes {
         let (iters, warmup) = latency_iterations(n, quick);
@@ -95,7 +96,7 @@ pub(super) fn run(
             for first_active in [round % 2 == 0, round % 2 == 1] {
                 let p = rt.p2p();
                 if first_active {
-                    let t = pingpong(p, rank, size, peer, &source, n, iters, warmup, &pings)?;
+                    let t = pingpong(p, rank, size, peer, &source, n, iters, warmup, &mut pings)?;
                     active.push(half(t));
                 } else {
                     let t = super::p2p::pingpong(
