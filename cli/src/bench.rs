@@ -592,21 +592,17 @@ impl Source<'_> {
         }
     }
 
-    /// Waits for `counter` to reach `target`: for messages of `n` bytes,
+    /// Waits for the next `k` messages of `from`, of `n` bytes each:
     /// received by the tagged receives when large messages go as tagged
     /// messages (an acknowledgement's `n` is 0).
-    fn wait(&self, p: &mut P2p, counter: &Cell<u64>, target: u64, n: usize) -> Result<(), String> {
+    fn wait_next(&self, p: &mut P2p, from: &mut Arrivals, k: u64, n: usize) -> Result<(), String> {
+        let target = from.expect(k);
+        let counter = &*from.count;
         match &self.path {
             Path::Tagged(t) if n as u64 > self.eager => t.receive(p, counter, target, n),
             Path::Tagged(_) => wait_serving(p, counter, target, true),
             _ => wait_serving(p, counter, target, false),
         }
-    }
-
-    /// Waits for the next `k` messages of `from`, of `n` bytes each.
-    fn wait_next(&self, p: &mut P2p, from: &mut Arrivals, k: u64, n: usize) -> Result<(), String> {
-        let target = from.expect(k);
-        self.wait(p, &from.count, target, n)
     }
 }
 
